@@ -1,0 +1,246 @@
+"""Seconds per clustering round of IFND versus data-set size N and the number of clusters k.
+
+One round is what PseudoLabelHook does once the features are extracted: multi-level k-means
+(``ifnd.clustering.multi_level_kmeans``), then per level the confidence κ
+(``ifnd.clustering.confidence``) and the acceptance of the most confident labels
+(``ifnd.clustering.accept_labels``). Feature extraction is left out: it costs one forward pass
+over the training set and does not depend on k. Features are random L2-normalised vectors;
+with a fixed number of Lloyd iterations the cost does not depend on how clustered they are.
+
+Example::
+
+    python benchmarks/clustering_cost.py --num-samples 10000 50000 \\
+        --ks 10,30,100 100,300,1000 --backends faiss torch --out clustering.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ifnd.clustering import accept_labels, confidence, multi_level_kmeans
+
+
+def available_backends() -> list[str]:
+    """k-means backends usable here: 'faiss' when importable, and 'torch' always."""
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return ['torch']
+    return ['faiss', 'torch']
+
+
+def parse_ks(text: str) -> list[int]:
+    """A comma-separated list of cluster counts, e.g. '10,30,100'."""
+    try:
+        ks = [int(k) for k in text.split(',') if k.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected comma-separated integers, got {text!r}')
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f'expected positive cluster counts, got {text!r}')
+    return ks
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except unset ones and those the help text already explains."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or 'default' in (action.help or ''):
+            return action.help or ''
+        return super()._get_help_string(action)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(
+        description='Seconds per IFND clustering round (multi-level k-means, confidence, '
+        'acceptance) vs N and k for each k-means backend; prints a Markdown table.',
+        formatter_class=HelpFormatter)
+    parser.add_argument('--num-samples', type=int, nargs='+', default=[10000, 50000],
+                        help='data-set sizes N')
+    parser.add_argument('--ks', type=parse_ks, nargs='+', default=[[10, 30, 100], [100, 300, 1000]],
+                        help='cluster-count levels of one round, each comma-separated')
+    parser.add_argument('--backends', nargs='+', choices=['faiss', 'torch'],
+                        default=available_backends(), help='k-means backends')
+    parser.add_argument('--dim', type=int, default=128, help='feature dimension')
+    parser.add_argument('--niter', type=int, default=20, help='Lloyd iterations')
+    parser.add_argument('--nredo', type=int, default=1,
+                        help='k-means restarts per level (the configs use 5; cost grows linearly)')
+    parser.add_argument('--max-points-per-centroid', type=int, default=1000,
+                        help='k-means trains on at most k times this many points')
+    parser.add_argument('--min-points-per-centroid', type=int, default=10,
+                        help='warning threshold of k-means')
+    parser.add_argument('--temperature', type=float, default=0.5, help='τ of the confidence κ')
+    parser.add_argument('--rate', type=float, default=0.5, help='acceptance rate of the round')
+    parser.add_argument('--repeats', type=int, default=1,
+                        help='rounds per configuration (the median is reported)')
+    parser.add_argument('--device', default='auto',
+                        help="'auto' (CUDA when available), 'cpu', 'cuda': where the features "
+                        'live; the torch backend and the confidence run there, faiss uses its '
+                        'GPU build when present')
+    parser.add_argument('--threads', type=int, default=None,
+                        help='CPU threads for torch and faiss (default: their own)')
+    parser.add_argument('--seed', type=int, default=0, help='random seed')
+    parser.add_argument('--out', default=None, help='also write the results as JSON here')
+    args = parser.parse_args(argv)
+    if min(args.num_samples) < 1 or args.dim < 1 or args.niter < 1 or args.nredo < 1 \
+            or args.repeats < 1:
+        parser.error('--num-samples, --dim, --niter, --nredo and --repeats must be >= 1')
+    if not 0.0 <= args.rate <= 1.0:
+        parser.error('--rate must be in [0, 1]')
+    available = available_backends()
+    missing = [b for b in args.backends if b not in available]
+    if missing:
+        parser.error(f'backend(s) {missing} not available here (faiss is not importable); '
+                     f'available: {available}')
+    for n in args.num_samples:
+        for ks in args.ks:
+            if max(ks) > n:
+                parser.error(f'cannot form {max(ks)} clusters from N={n} samples')
+    return args
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device to run on: CUDA when available for 'auto'."""
+    if name == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    device = torch.device(name)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was asked for but CUDA is not available')
+    return device
+
+
+def describe_device(device: torch.device) -> str:
+    """Human-readable name of the device, with the CPU thread counts."""
+    if device.type == 'cuda':
+        return f'CUDA: {torch.cuda.get_device_name(device)}'
+    cpu = platform.processor() or platform.machine()
+    return f'CPU: {cpu}, {torch.get_num_threads()} torch threads'
+
+
+def faiss_note() -> str:
+    """Where faiss runs: its GPU build or the CPU, with its thread count."""
+    try:
+        import faiss
+    except ImportError:
+        return 'faiss: not installed'
+    gpus = getattr(faiss, 'get_num_gpus', lambda: 0)()
+    if gpus > 0:
+        return f'faiss {faiss.__version__}: {gpus} GPU(s)'
+    return f'faiss {faiss.__version__}: CPU, {faiss.omp_get_max_threads()} threads'
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels, so wall-clock time covers the whole stage."""
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def clustering_round(feats: torch.Tensor, ks: Sequence[int], backend: str, args: argparse.Namespace,
+                     seed: int) -> dict:
+    """Time one round as PseudoLabelHook runs it: k-means, then confidence and acceptance."""
+    device = feats.device
+    synchronize(device)
+    tic = time.perf_counter()
+    results = multi_level_kmeans(feats, ks, seed=seed, backend=backend, niter=args.niter,
+                                 nredo=args.nredo,
+                                 max_points_per_centroid=args.max_points_per_centroid,
+                                 min_points_per_centroid=args.min_points_per_centroid)
+    synchronize(device)
+    kmeans_s = time.perf_counter() - tic
+    tic = time.perf_counter()
+    accepted = 0
+    for res in results:
+        kappa = confidence(feats, res.centroids, res.assignments, args.temperature)
+        labels, _ = accept_labels(res.assignments, kappa, args.rate)
+        accepted += int((labels >= 0).sum())
+    synchronize(device)
+    confidence_s = time.perf_counter() - tic
+    return {'kmeans_s': kmeans_s, 'confidence_s': confidence_s,
+            'total_s': kmeans_s + confidence_s, 'accepted': accepted}
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Every (backend, N, ks) configuration, ``repeats`` rounds each; medians of the timings."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+        if 'faiss' in available_backends():
+            import faiss
+            faiss.omp_set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    g = torch.Generator().manual_seed(args.seed)
+    # One untimed tiny round per backend first: library start-up is not a clustering cost.
+    warm = F.normalize(torch.randn(256, args.dim, generator=g), dim=1).to(device)
+    for backend in args.backends:
+        clustering_round(warm, [2], backend, args, args.seed)
+    rows = []
+    for n in args.num_samples:
+        feats = F.normalize(torch.randn(n, args.dim, generator=g), dim=1).to(device)
+        for ks in args.ks:
+            for backend in args.backends:
+                rounds = [clustering_round(feats, ks, backend, args, args.seed + 7919 * r)
+                          for r in range(args.repeats)]
+                row = {'backend': backend, 'num_samples': n, 'ks': list(ks)}
+                for key in ('kmeans_s', 'confidence_s', 'total_s'):
+                    row[key] = statistics.median(r[key] for r in rounds)
+                row['accepted_per_level'] = rounds[-1]['accepted'] / len(ks)
+                rows.append(row)
+                print(f"  {backend:5s} N={n:>8d} ks={','.join(map(str, ks)):<16s} "
+                      f"k-means {row['kmeans_s']:.2f}s confidence {row['confidence_s']:.3f}s",
+                      file=sys.stderr, flush=True)
+    settings = {key: value for key, value in vars(args).items() if key != 'out'}
+    return {
+        'benchmark': 'clustering_cost',
+        'device': describe_device(device),
+        'faiss': faiss_note(),
+        'torch': torch.__version__,
+        'settings': settings,
+        'rows': rows,
+    }
+
+
+def _seconds(value: float) -> str:
+    # Three significant digits: tiny stages stay visible, large ones keep two decimals.
+    return f'{value:#.3g}' if value < 100 else f'{value:.1f}'
+
+
+def markdown_table(result: dict) -> str:
+    """The results as a Markdown table, one row per (backend, N, ks)."""
+    s = result['settings']
+    lines = [
+        f"Clustering round on {result['device']}; {result['faiss']} (torch {result['torch']}): "
+        f"random unit features of dim {s['dim']}, niter {s['niter']}, nredo {s['nredo']}, "
+        f"max {s['max_points_per_centroid']} points/centroid, acceptance rate {s['rate']}, "
+        f"median of {s['repeats']} round(s)",
+        '',
+        '| Backend | N | k per level | k-means (s) | confidence + acceptance (s) | total (s) |',
+        '|---|---:|---|---:|---:|---:|',
+    ]
+    for r in result['rows']:
+        ks = ', '.join(map(str, r['ks']))
+        lines.append(f"| {r['backend']} | {r['num_samples']} | {ks} | {_seconds(r['kmeans_s'])} | "
+                     f"{_seconds(r['confidence_s'])} | {_seconds(r['total_s'])} |")
+    return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Run the benchmark, print the table, optionally write JSON; returns the results."""
+    args = parse_args(argv)
+    result = run_benchmark(args)
+    print(markdown_table(result), flush=True)
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump(result, f, indent=1)
+        print(f'\nWrote {args.out}')
+    return result
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

@@ -1,0 +1,294 @@
+"""Time per training step of IFND against its instance-level base, measured side by side.
+
+Pairs: IFND vs SimCLR (batch contrastive) and IFNDMoCo vs MoCoV2 (queue of negatives). Every
+variant gets the same backbone, projection head, batch and input size; one step is the full
+``train_step`` of mmengine (preprocessing, forward, loss, backward, SGD update). The variants are
+interleaved (A, B, C, D, A, B, ...) in rounds after a warm-up, so drifting machine load hits them
+alike, and the median step time per variant is reported with the ratios IFND/SimCLR and
+IFNDMoCo/MoCoV2.
+
+The label bank of the IFND variants is filled like a mid-training round: a share of the samples
+carries cluster ids (a few clusters per level), the rest unique negative labels, and the MoCo
+queue holds keys of real sample indices, so the label lookup and the masking are real work.
+
+Example::
+
+    python benchmarks/step_cost.py --model resnet18 --batch-size 64 --image-size 32 --out step.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import statistics
+import sys
+import time
+from typing import Sequence
+
+import torch
+from mmengine.logging import MMLogger
+from mmengine.optim import OptimWrapper
+from mmengine.registry import init_default_scope
+
+PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo')}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except unset ones and those the help text already explains."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or 'default' in (action.help or ''):
+            return action.help or ''
+        return super()._get_help_string(action)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(
+        description='Median ms per training step (forward + backward + SGD) of IFND vs SimCLR '
+        'and IFNDMoCo vs MoCoV2, interleaved in one run; prints a Markdown table.',
+        formatter_class=HelpFormatter)
+    parser.add_argument('--pairs', nargs='+', choices=sorted(PAIRS), default=['simclr', 'moco'],
+                        help='which comparisons to run')
+    parser.add_argument('--model', default='resnet18', help='timm backbone name')
+    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=True,
+                        help='3x3 stride-1 stem without max-pool (ResNets, small images)')
+    parser.add_argument('--batch-size', type=int, default=64, help='images per step (2 views each)')
+    parser.add_argument('--image-size', type=int, default=32, help='input height and width')
+    parser.add_argument('--neck-hidden', type=int, default=512, help='projection head hidden size')
+    parser.add_argument('--neck-layers', type=int, default=3, help='projection head depth')
+    parser.add_argument('--out-dim', type=int, default=128, help='embedding size')
+    parser.add_argument('--queue-len', type=int, default=16384,
+                        help='MoCo queue length (65536 in the ImageNet recipe)')
+    parser.add_argument('--bn-splits', type=int, default=8,
+                        help='MoCo key-encoder BN sub-batches (capped so each holds >= 2 images)')
+    parser.add_argument('--num-samples', type=int, default=50000,
+                        help='data-set size the label bank is indexed by')
+    parser.add_argument('--num-clusters', type=int, nargs='+', default=[10, 30, 100],
+                        help='clusters per pseudo-label level (one level each)')
+    parser.add_argument('--accepted', type=float, default=0.5,
+                        help='share of samples carrying a cluster id; the rest get unique labels')
+    parser.add_argument('--warmup', type=int, default=1, help='untimed steps per variant first')
+    parser.add_argument('--repeats', type=int, default=5,
+                        help='interleaved rounds; each runs --steps timed steps per variant')
+    parser.add_argument('--steps', type=int, default=1, help='timed steps per variant per round')
+    parser.add_argument('--device', default='auto',
+                        help="'auto' (CUDA when available), 'cpu', 'cuda'")
+    parser.add_argument('--amp', action='store_true', help='automatic mixed precision (CUDA)')
+    parser.add_argument('--threads', type=int, default=None,
+                        help="torch CPU threads (default: torch's own; use 1 on a busy machine)")
+    parser.add_argument('--seed', type=int, default=0, help='random seed')
+    parser.add_argument('--out', default=None, help='also write the results as JSON here')
+    args = parser.parse_args(argv)
+    for name in ('batch_size', 'image_size', 'repeats', 'steps', 'queue_len', 'num_samples'):
+        if getattr(args, name) < 1:
+            parser.error(f'--{name.replace("_", "-")} must be >= 1')
+    if args.warmup < 0:
+        parser.error('--warmup must be >= 0')
+    if not 0.0 <= args.accepted <= 1.0:
+        parser.error('--accepted must be in [0, 1]')
+    if args.batch_size > args.num_samples:
+        parser.error('--batch-size cannot exceed --num-samples')
+    return args
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device to run on: CUDA when available for 'auto'."""
+    if name == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    device = torch.device(name)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was asked for but CUDA is not available')
+    return device
+
+
+def describe_device(device: torch.device) -> str:
+    """Human-readable name of the device, with the CPU thread count."""
+    if device.type == 'cuda':
+        return f'CUDA: {torch.cuda.get_device_name(device)}'
+    cpu = platform.processor() or platform.machine()
+    return f'CPU: {cpu}, {torch.get_num_threads()} torch threads'
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels, so wall-clock time covers the whole step."""
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def realistic_labels(num_clusters: Sequence[int], num_samples: int, accepted: float,
+                     generator: torch.Generator) -> torch.Tensor:
+    """Pseudo labels ``[L, N]``: an ``accepted`` share with cluster ids, the rest ``-(i + 1)``."""
+    levels = []
+    unique = -(torch.arange(num_samples) + 1)
+    for k in num_clusters:
+        ids = torch.randint(0, k, (num_samples,), generator=generator)
+        keep = torch.rand(num_samples, generator=generator) < accepted
+        levels.append(torch.where(keep, ids, unique))
+    return torch.stack(levels)
+
+
+def build_variant(name: str, args: argparse.Namespace, labels: torch.Tensor,
+                  device: torch.device) -> torch.nn.Module:
+    """One algorithm with the shared backbone/neck settings, its label bank and queue filled."""
+    from ifnd.registry import MODELS
+    cfg = dict(
+        type=name,
+        backbone=dict(type='TimmBackbone', model_name=args.model, cifar_stem=args.cifar_stem),
+        neck=dict(type='MLPNeck', hidden_dim=args.neck_hidden, out_dim=args.out_dim,
+                  num_layers=args.neck_layers),
+    )
+    if name in ('MoCoV2', 'IFNDMoCo'):
+        cfg['queue_len'] = args.queue_len
+        # The head's BatchNorm1d needs two samples per sub-batch of the shuffled keys.
+        cfg['bn_splits'] = max(1, min(args.bn_splits, args.batch_size // 2))
+    model = MODELS.build(cfg)
+    # init_weights logs every parameter at INFO level; only warnings matter here.
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        model.init_weights()  # for MoCo this also copies the query encoder into the key encoder
+    finally:
+        logger.setLevel(level)
+    model.to(device).train()
+    if hasattr(model, 'label_bank'):
+        model.label_bank.reset(labels.shape[0], labels.shape[1])
+        model.label_bank.update(labels.to(device))
+    if hasattr(model, 'queue_index'):
+        # A queue that has wrapped around once: every key belongs to a real sample, so the
+        # label lookup and masking of IFNDMoCo cover the whole queue (MoCoV2 ignores it).
+        g = torch.Generator().manual_seed(args.seed + 1)
+        model.queue_index.copy_(torch.randint(0, args.num_samples, (args.queue_len,), generator=g))
+    return model
+
+
+def make_batches(args: argparse.Namespace, device: torch.device, count: int = 4) -> list[dict]:
+    """A few pre-generated batches on the device (data loading is not what is measured)."""
+    g = torch.Generator().manual_seed(args.seed)
+    shape = (args.batch_size, 3, args.image_size, args.image_size)
+    batches = []
+    for _ in range(count):
+        views = [torch.rand(shape, generator=g).to(device) for _ in range(2)]
+        index = torch.randperm(args.num_samples, generator=g)[:args.batch_size].to(device)
+        label = torch.randint(0, 10, (args.batch_size,), generator=g).to(device)
+        batches.append({'inputs': views, 'index': index, 'label': label})
+    return batches
+
+
+def run_benchmark(args: argparse.Namespace) -> dict:
+    """Time every variant, interleaved; returns per-variant step times and the ratios."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    init_default_scope('ifnd')
+    device = resolve_device(args.device)
+    if args.amp and device.type != 'cuda':
+        raise SystemExit('--amp needs a CUDA device')
+    if device.type == 'cuda':
+        torch.backends.cudnn.benchmark = True
+    g = torch.Generator().manual_seed(args.seed)
+    labels = realistic_labels(args.num_clusters, args.num_samples, args.accepted, g)
+    names = [name for pair in args.pairs for name in PAIRS[pair]]
+    models, wrappers = {}, {}
+    for name in names:
+        models[name] = build_variant(name, args, labels, device)
+        optimizer = torch.optim.SGD(models[name].parameters(), lr=1e-3, momentum=0.9,
+                                    weight_decay=1e-4)
+        if args.amp:
+            from mmengine.optim import AmpOptimWrapper
+            wrappers[name] = AmpOptimWrapper(optimizer=optimizer, loss_scale='dynamic')
+        else:
+            wrappers[name] = OptimWrapper(optimizer=optimizer)
+    batches = make_batches(args, device)
+    counter = 0
+
+    def step(name: str) -> float:
+        nonlocal counter
+        batch = batches[counter % len(batches)]
+        counter += 1
+        synchronize(device)
+        tic = time.perf_counter()
+        models[name].train_step(batch, wrappers[name])
+        synchronize(device)
+        return time.perf_counter() - tic
+
+    for name in names:
+        for _ in range(args.warmup):
+            step(name)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.repeats):
+        for name in names:
+            seconds = [step(name) for _ in range(args.steps)]
+            times[name].extend(seconds)
+            per_round[name].append(statistics.median(seconds))
+
+    variants = {}
+    for name in names:
+        ms = [1000.0 * t for t in times[name]]
+        variants[name] = {
+            'median_ms': statistics.median(ms),
+            'min_ms': min(ms),
+            'max_ms': max(ms),
+            'steps_timed': len(ms),
+            'images_per_s': args.batch_size / (statistics.median(ms) / 1000.0),
+        }
+    ratios = {}
+    for pair in args.pairs:
+        base, ifnd = PAIRS[pair]
+        paired = [a / b for a, b in zip(per_round[ifnd], per_round[base])]
+        ratios[f'{ifnd}/{base}'] = {
+            'ratio_of_medians': variants[ifnd]['median_ms'] / variants[base]['median_ms'],
+            # Each round's ratio compares steps taken moments apart: robust to slow load drift.
+            'median_paired_ratio': statistics.median(paired),
+        }
+    settings = {key: value for key, value in vars(args).items() if key != 'out'}
+    return {
+        'benchmark': 'step_cost',
+        'device': describe_device(device),
+        'torch': torch.__version__,
+        'settings': settings,
+        'variants': variants,
+        'ratios': ratios,
+    }
+
+
+def markdown_table(result: dict) -> str:
+    """The results as a Markdown table (one row per variant, then one per ratio)."""
+    s = result['settings']
+    stem = ', CIFAR stem' if s['cifar_stem'] else ''
+    lines = [
+        f"Step cost on {result['device']} (torch {result['torch']}): {s['model']}{stem}, "
+        f"batch {s['batch_size']} x 2 views, {s['image_size']}px, queue {s['queue_len']}, "
+        f"{len(s['num_clusters'])} label levels ({s['accepted']:.0%} accepted), "
+        f"median of {s['repeats']} x {s['steps']} interleaved steps after {s['warmup']} warm-up"
+        f"{', AMP' if s['amp'] else ''}",
+        '',
+        '| Variant | ms/step (median) | min | max | images/s |',
+        '|---|---:|---:|---:|---:|',
+    ]
+    for name, v in result['variants'].items():
+        lines.append(f"| {name} | {v['median_ms']:.1f} | {v['min_ms']:.1f} | {v['max_ms']:.1f} | "
+                     f"{v['images_per_s']:.1f} |")
+    lines += ['', '| Ratio | of medians | median of per-round ratios |', '|---|---:|---:|']
+    for name, r in result['ratios'].items():
+        lines.append(f"| {name} | {r['ratio_of_medians']:.3f} | {r['median_paired_ratio']:.3f} |")
+    return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Run the benchmark, print the table, optionally write JSON; returns the results."""
+    args = parse_args(argv)
+    result = run_benchmark(args)
+    print(markdown_table(result), flush=True)
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump(result, f, indent=1)
+        print(f'\nWrote {args.out}')
+    return result
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

@@ -1,0 +1,22 @@
+# CIFAR-100 in torchvision's on-disk format (data/cifar1000/cifar-100-python).
+data_root = 'data/cifar100'
+view = dict(type='MoCoV2View', size=32)  # SupContrast's CIFAR recipe: no blur
+eval_pipeline = dict(type='EvalView', size=32)
+mean = (0.5071, 0.4865, 0.4409)
+std = (0.2673, 0.2564, 0.2762)
+
+train_dataloader = dict(
+    batch_size=128,  # per GPU: 8 GPUs x 128 = 1024
+    num_workers=8,
+    persistent_workers=True,
+    drop_last=True,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    collate_fn=dict(type='default_collate'),
+    dataset=dict(type='CIFAR100', data_root=data_root, split='train',
+                 pipeline=dict(type='MultiView', num_views=2, transforms=view)),
+)
+val_dataset = dict(type='CIFAR100', data_root=data_root, split='test', pipeline=eval_pipeline)
+
+# Online weighted kNN on the validation split (the memory bank: training images, eval transform).
+knn_hook = dict(type='KNNEvalHook', val_dataset=val_dataset, pipeline=eval_pipeline, interval=10)
+custom_hooks = [knn_hook]

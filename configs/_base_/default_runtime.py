@@ -1,0 +1,28 @@
+default_scope = 'ifnd'
+# Resume under torch.load(weights_only=True) with mmengine's state allow-listed.
+runner_type = 'SafeLoadRunner'
+
+env_cfg = dict(
+    cudnn_benchmark=True,
+    mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
+    dist_cfg=dict(backend='nccl'),
+)
+
+default_hooks = dict(
+    runtime_info=dict(type='RuntimeInfoHook'),
+    timer=dict(type='IterTimerHook'),
+    logger=dict(type='LoggerHook', interval=50),
+    param_scheduler=dict(type='ParamSchedulerHook'),
+    # Atomic writes: a run killed while saving keeps its previous checkpoint.
+    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3, save_last=True,
+                    backend_args=dict(backend='atomic_local')),
+    sampler_seed=dict(type='DistSamplerSeedHook'),
+)
+
+log_processor = dict(window_size=10, by_epoch=True)
+vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
+visualizer = dict(type='Visualizer', vis_backends=vis_backends)
+log_level = 'INFO'
+load_from = None
+resume = False
+randomness = dict(seed=0, deterministic=False)

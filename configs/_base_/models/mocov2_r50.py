@@ -1,0 +1,10 @@
+# MoCo v2: ResNet-50, 2-layer MLP head to 128-d, queue of 65536, momentum 0.999, tau 0.2.
+model = dict(
+    type='MoCoV2',
+    queue_len=65536,
+    momentum=0.999,
+    temperature=0.2,
+    backbone=dict(type='TimmBackbone', model_name='resnet50'),
+    neck=dict(type='MLPNeck', hidden_dim=2048, out_dim=128, num_layers=2, with_bn=False),
+    data_preprocessor=dict(type='ContrastiveDataPreprocessor'),
+)

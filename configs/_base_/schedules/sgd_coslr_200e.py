@@ -1,0 +1,11 @@
+# Small-data schedule: SGD lr 0.5 x batch/1024 (256 -> 0.125), wd 1e-4, 10-epoch warm-up, cosine.
+optim_wrapper = dict(type='OptimWrapper',
+                     optimizer=dict(type='SGD', lr=0.125, momentum=0.9, weight_decay=1e-4))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0, end=10,
+         convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', T_max=190, by_epoch=True, begin=10, end=200,
+         convert_to_iter_based=True),
+]
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=200)
+auto_scale_lr = dict(base_batch_size=256, enable=False)

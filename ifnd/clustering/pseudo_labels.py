@@ -1,0 +1,171 @@
+"""Pseudo-label confidence, PCL's cluster concentration, and incremental acceptance.
+
+IFND (Sec. 3.2) accepts, per clustering level, only the pseudo labels with the highest confidence
+κ (Eq. ``eq:certainty``); the accepted fraction grows during training. Rejected samples receive a
+label of their own, so they act as pure instance-discrimination samples in the loss.
+"""
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    'ACCEPTANCE_SCHEMES',
+    'confidence',
+    'pcl_concentration',
+    'cluster_confidence',
+    'acceptance_rate',
+    'accept_labels',
+]
+
+ACCEPTANCE_SCHEMES = ('constant', 'step', 'linear')
+
+ArrayLike = Union[Tensor, np.ndarray]
+
+
+def _as_tensor(x: ArrayLike) -> Tensor:
+    return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+
+
+def confidence(z: ArrayLike,
+               centroids: ArrayLike,
+               assignments: ArrayLike,
+               temperature: float,
+               chunk_size: int = 8192) -> Tensor:
+    """κ_i of Eq. eq:certainty: softmax over centroids of cos(z_i, c_j)/τ at the assigned cluster.
+
+    Rows are processed ``chunk_size`` at a time, so memory is O(chunk_size * K). Returns a float32
+    ``[N]`` tensor on ``z``'s device.
+    """
+    z, centroids, assignments = _as_tensor(z), _as_tensor(centroids), _as_tensor(assignments)
+    if z.ndim != 2 or centroids.ndim != 2 or z.shape[1] != centroids.shape[1]:
+        raise ValueError(f'z must be [N, D] and centroids [K, D], got {tuple(z.shape)} and '
+                         f'{tuple(centroids.shape)}')
+    if assignments.shape != (z.shape[0], ):
+        raise ValueError(f'assignments must be [{z.shape[0]}], got {tuple(assignments.shape)}')
+    if temperature <= 0 or chunk_size < 1:
+        raise ValueError(f'temperature and chunk_size must be positive, got {temperature} and '
+                         f'{chunk_size}')
+    device = z.device
+    cents_t = F.normalize(centroids.detach().to(device=device, dtype=torch.float32), dim=1).t()
+    assignments = assignments.to(device=device, dtype=torch.long)
+    out = torch.empty(z.shape[0], dtype=torch.float32, device=device)
+    for start in range(0, z.shape[0], chunk_size):
+        chunk = F.normalize(z[start:start + chunk_size].detach().float(), dim=1)
+        log_prob = torch.log_softmax(chunk @ cents_t / temperature, dim=1)
+        picked = log_prob.gather(1, assignments[start:start + chunk_size].unsqueeze(1))
+        out[start:start + chunk_size] = picked.squeeze(1).exp()
+    return out
+
+
+def pcl_concentration(features: ArrayLike,
+                      centroids: ArrayLike,
+                      assignments: ArrayLike,
+                      temperature: float,
+                      alpha: float = 10.0) -> Tensor:
+    """PCL's per-cluster concentration φ ``[K]`` (Eq. 9 of PCL, as in its official code).
+
+    φ_k = Σ_{z∈k} ||z − c_k||₂ / (n_k log(n_k + α)); clusters with at most one point take the
+    largest φ of the others; φ is clipped to its 10th/90th percentiles and rescaled to mean τ.
+    """
+    features, centroids = _as_tensor(features), _as_tensor(centroids)
+    assignments = _as_tensor(assignments)
+    if features.ndim != 2 or centroids.ndim != 2 or features.shape[1] != centroids.shape[1]:
+        raise ValueError(f'features must be [N, D] and centroids [K, D], got '
+                         f'{tuple(features.shape)} and {tuple(centroids.shape)}')
+    if assignments.shape != (features.shape[0], ):
+        raise ValueError(f'assignments must be [{features.shape[0]}], got '
+                         f'{tuple(assignments.shape)}')
+    if temperature <= 0:
+        raise ValueError(f'temperature must be positive, got {temperature}')
+    device = features.device
+    k = centroids.shape[0]
+    centroids = centroids.detach().to(device=device, dtype=torch.float32)
+    assignments = assignments.to(device=device, dtype=torch.long)
+    dist_sum = torch.zeros(k, dtype=torch.float64, device=device)
+    chunk = 65536  # bounds the [chunk, D] difference buffer
+    for start in range(0, features.shape[0], chunk):
+        idx = assignments[start:start + chunk]
+        diff = features[start:start + chunk].detach().float() - centroids[idx]
+        dist_sum.index_add_(0, idx, diff.norm(dim=1).double())
+    counts = torch.bincount(assignments, minlength=k).double()
+    multi = counts > 1
+    phi = torch.zeros(k, dtype=torch.float64, device=device)
+    phi[multi] = dist_sum[multi] / (counts[multi] * torch.log(counts[multi] + alpha))
+    if not bool(multi.any()):
+        # No cluster has two points: nothing to estimate, every cluster gets the mean value.
+        return torch.full((k, ), float(temperature), dtype=torch.float32, device=device)
+    phi[~multi] = phi[multi].max()
+    # PCL clamps extreme values for stability (np.percentile's linear interpolation).
+    low, high = torch.quantile(phi, torch.tensor([0.1, 0.9], dtype=torch.float64, device=device))
+    phi = phi.clamp(min=float(low), max=float(high))
+    mean = phi.mean()
+    if float(mean) <= 0:
+        return torch.full((k, ), float(temperature), dtype=torch.float32, device=device)
+    return (temperature * phi / mean).float()
+
+
+def cluster_confidence(concentration: ArrayLike, assignments: ArrayLike) -> Tensor:
+    """PCL-style per-sample confidence ``-φ[assignment]``: tighter clusters are more confident."""
+    concentration, assignments = _as_tensor(concentration), _as_tensor(assignments)
+    return -concentration[assignments.to(device=concentration.device, dtype=torch.long)]
+
+
+def acceptance_rate(epoch: int,
+                    max_epochs: int,
+                    scheme: str = 'linear',
+                    final_rate: float = 1.0,
+                    step_epoch: int = 0) -> float:
+    """Fraction of pseudo labels to accept at ``epoch``.
+
+    ``'constant'``: ``final_rate``; ``'step'``: 0 before ``step_epoch``, then ``final_rate``;
+    ``'linear'``: ``final_rate * epoch / max_epochs`` clamped to ``[0, final_rate]``.
+    """
+    if scheme not in ACCEPTANCE_SCHEMES:
+        raise ValueError(f'unknown acceptance scheme {scheme!r}; valid: {ACCEPTANCE_SCHEMES}')
+    if not 0.0 <= final_rate <= 1.0:
+        raise ValueError(f'final_rate must be in [0, 1], got {final_rate}')
+    if scheme == 'constant':
+        return float(final_rate)
+    if scheme == 'step':
+        return 0.0 if epoch < step_epoch else float(final_rate)
+    if max_epochs <= 0:
+        raise ValueError(f'max_epochs must be positive for the linear scheme, got {max_epochs}')
+    return float(min(max(final_rate * epoch / max_epochs, 0.0), final_rate))
+
+
+def accept_labels(assignments: ArrayLike, confidence: ArrayLike,
+                  rate: float) -> tuple[Tensor, float]:
+    """Keep the cluster ids of the ⌈rate·N⌉ most confident samples; give the rest unique labels.
+
+    Sample ``i`` that is not accepted gets ``-(i + 1)``, which never equals a cluster id (>= 0)
+    nor another sample's label. Ties in confidence go to the lower index (NaN ranks last).
+    Returns ``(labels [N] int64, threshold)`` where threshold is the smallest accepted confidence,
+    or ``+inf`` when nothing is accepted.
+    """
+    assignments, confidence = _as_tensor(assignments), _as_tensor(confidence)
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f'rate must be in [0, 1], got {rate}')
+    if assignments.ndim != 1 or confidence.shape != assignments.shape:
+        raise ValueError(f'assignments and confidence must both be [N], got '
+                         f'{tuple(assignments.shape)} and {tuple(confidence.shape)}')
+    num = assignments.shape[0]
+    assignments = assignments.to(torch.long)
+    if num > 0 and int(assignments.min()) < 0:
+        raise ValueError('cluster assignments must be >= 0')
+    # Rounding first keeps e.g. 0.3 * 10 = 3.0000000000000004 from becoming 4.
+    num_accept = min(num, max(0, math.ceil(round(rate * num, 6))))
+    labels = -(torch.arange(num, device=assignments.device) + 1)
+    if num_accept == 0:
+        return labels, math.inf
+    scores = torch.nan_to_num(confidence.detach().to(assignments.device).double(),
+                              nan=-math.inf)
+    # Stable descending sort: equal confidences keep index order, i.e. lower index first.
+    order = torch.sort(scores, descending=True, stable=True).indices[:num_accept]
+    labels[order] = assignments[order]
+    return labels, float(scores[order[-1]])

@@ -1,0 +1,435 @@
+"""Image datasets that yield augmented views together with their index and ground-truth label.
+
+Each item is ``{'inputs': list[Tensor], 'index': int, 'label': int}``: ``inputs`` holds one float32
+``[3, H, W]`` tensor per view, ``index`` is the item's position in this (possibly subsetted) dataset,
+which lets false-negative detection key pseudo-labels by sample, and ``label`` is -1 when unknown.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import os.path as osp
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from ifnd.registry import DATASETS
+from .transforms import PipelineCfg, build_pipeline
+
+IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.pgm', '.bmp', '.tif', '.tiff', '.webp')
+
+FASHION_MNIST_CLASSES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',
+                         'Bag', 'Ankle boot']
+
+# IDX type codes -> big-endian numpy dtypes.
+_IDX_DTYPES = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
+
+
+class CorruptImageError(OSError):
+    """An image file exists but cannot be decoded."""
+
+
+def balanced_subset_indices(labels: Sequence[int] | np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
+    """Return sorted indices of a class-balanced random subset holding ``fraction`` of each class.
+
+    Each class keeps ``max(1, round(fraction * n_c))`` items (-1, unknown, counts as one class).
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f'subset_fraction must be in (0, 1], got {fraction}')
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for c in np.unique(labels):  # sorted, so the draw order (and the result) depends only on the seed
+        idx = np.flatnonzero(labels == c)
+        k = max(1, int(np.floor(fraction * len(idx) + 0.5)))
+        chosen.append(rng.choice(idx, size=k, replace=False))
+    return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Read an IDX file (as used by MNIST / Fashion-MNIST), gzipped or not, into a numpy array."""
+    with open(path, 'rb') as f:
+        raw = f.read()
+    try:
+        if raw[:2] == b'\x1f\x8b':
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError) as e:
+        raise ValueError(f"'{path}' is not a valid gzip file ({e}); delete it and fetch it again") from e
+    if len(raw) < 4 or raw[:2] != b'\x00\x00' or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"'{path}' is not an IDX file (bad header); delete it and fetch it again")
+    ndim = raw[3]
+    shape = tuple(int(d) for d in np.frombuffer(raw, dtype='>i4', count=ndim, offset=4))
+    dtype = np.dtype(_IDX_DTYPES[raw[2]])
+    offset = 4 + 4 * ndim
+    if len(raw) - offset != int(np.prod(shape)) * dtype.itemsize:
+        raise ValueError(f"'{path}' is truncated or corrupt: header says shape {shape}; fetch it again")
+    return np.frombuffer(raw, dtype=dtype, offset=offset).reshape(shape).astype(dtype.newbyteorder('='))
+
+
+class ContrastiveDataset(Dataset):
+    """Base class: subsetting, pipeline and the ``{'inputs', 'index', 'label'}`` item format.
+
+    Subclasses load their data, set ``_all_labels`` (int array over the full data), ``classes`` and,
+    for file-based data, ``_all_names`` (relative paths used by subset files), then call
+    ``super().__init__`` and implement ``_read_image(j)`` for a position ``j`` in the full data.
+    """
+
+    _all_labels: np.ndarray
+    _all_names: Sequence[str] | None = None
+    classes: list[str] | None = None
+
+    def __init__(self,
+                 pipeline: PipelineCfg = None,
+                 subset_fraction: float | None = None,
+                 subset_file: str | None = None,
+                 subset_seed: int = 0) -> None:
+        self.pipeline = build_pipeline(pipeline)
+        all_labels = np.asarray(self._all_labels, dtype=np.int64)
+        if self.classes is not None:
+            self.num_classes: int | None = len(self.classes)
+        else:
+            self.num_classes = int(all_labels.max()) + 1 if all_labels.size and all_labels.max() >= 0 else None
+        if subset_fraction is not None and subset_file is not None:
+            raise ValueError('Give either subset_fraction or subset_file, not both')
+        if subset_fraction is not None:
+            self.indices = balanced_subset_indices(all_labels, subset_fraction, subset_seed)
+        elif subset_file is not None:
+            self.indices = self._read_subset_file(subset_file, len(all_labels))
+        else:
+            self.indices = np.arange(len(all_labels))
+        self.labels = all_labels[self.indices]
+
+    def _read_subset_file(self, path: str, n: int) -> np.ndarray:
+        if not osp.isfile(path):
+            raise FileNotFoundError(f"Subset file '{path}' does not exist")
+        lookup: dict[str, int] = {}
+        if self._all_names is not None:
+            names = list(self._all_names)
+            bases: dict[str, int] = {}
+            repeated = set()
+            for j, name in enumerate(names):
+                base = osp.basename(name)
+                if base in bases:
+                    repeated.add(base)
+                bases[base] = j
+            for base in repeated:  # a bare file name found in several folders must not pick one silently
+                del bases[base]
+            lookup = {**bases, **{name: j for j, name in enumerate(names)}}
+        indices = []
+        with open(path) as f:
+            for lineno, line in enumerate(f, 1):
+                entry = line.split('#', 1)[0].strip()
+                if not entry:
+                    continue
+                entry = entry.split()[0]
+                key = entry[2:] if entry.startswith('./') else entry
+                if key in lookup:
+                    indices.append(lookup[key])
+                elif entry.lstrip('-').isdigit() and 0 <= int(entry) < n:
+                    indices.append(int(entry))
+                else:
+                    raise ValueError(f"Subset file '{path}' line {lineno}: entry '{entry}' is neither a file of "
+                                     'this dataset (a bare name must be unique, else give the relative path) '
+                                     f'nor an index in [0, {n}); fix or remove that line')
+        if not indices:
+            raise ValueError(f"Subset file '{path}' lists no entries")
+        return np.unique(np.asarray(indices, dtype=np.int64))
+
+    def _read_image(self, j: int) -> Image.Image:
+        raise NotImplementedError
+
+    @property
+    def metainfo(self) -> dict[str, Any]:
+        """Dataset meta information (class names and count) for mmengine's runner and visualizer."""
+        return dict(classes=self.classes, num_classes=self.num_classes)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def load_image(self, i: int) -> Image.Image:
+        """Return item ``i`` as an RGB PIL image, before any transform."""
+        img = self._read_image(int(self.indices[i]))
+        return img if img.mode == 'RGB' else img.convert('RGB')
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if i < 0:
+            i += len(self)
+        views = self.pipeline(self.load_image(i))
+        if isinstance(views, torch.Tensor):
+            views = [views]
+        return {'inputs': list(views), 'index': int(i), 'label': int(self.labels[i])}
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(num_samples={len(self)}, num_classes={self.num_classes}, '
+                f'pipeline={self.pipeline})')
+
+
+def _load_image_file(path: str) -> Image.Image:
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now, so a truncated file fails here with its name, not inside a transform
+            return img.convert('RGB')
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of the "
+                                'list file') from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise CorruptImageError(f"Cannot read image '{path}' ({e}); remove or replace the file, or leave it "
+                                'out of the list file') from e
+
+
+@DATASETS.register_module()
+class ImageFolder(ContrastiveDataset):
+    """Images under ``data_root/<class>/...`` (sorted folder names give class ids) or listed in ``ann_file``.
+
+    ``ann_file`` (absolute or relative to ``data_root``) has lines ``relative/path [label]``; a missing
+    label means -1. Images lying directly in ``data_root`` without class folders are unlabelled (-1).
+    """
+
+    def __init__(self,
+                 data_root: str,
+                 ann_file: str | None = None,
+                 extensions: Sequence[str] = IMG_EXTENSIONS,
+                 pipeline: PipelineCfg = None,
+                 subset_fraction: float | None = None,
+                 subset_file: str | None = None,
+                 subset_seed: int = 0) -> None:
+        self.data_root = str(data_root)
+        self.ann_file = ann_file
+        self.extensions = tuple(e.lower() for e in extensions)
+        if ann_file is not None:
+            names, labels = self._read_ann_file()
+        else:
+            names, labels = self._scan_folder()
+        # A fixed-width bytes array instead of a list of str: no per-item refcounts, so forked
+        # dataloader workers do not copy the page holding every path.
+        self._names_arr = np.array([n.encode() for n in names])
+        self._all_labels = np.asarray(labels, dtype=np.int64)
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)
+
+    @property
+    def _all_names(self) -> list[str]:
+        return [n.decode() for n in self._names_arr]
+
+    def _missing_root_hint(self) -> str:
+        return ("expected class sub-folders 'data_root/<class>/<image>' or ann_file='list.txt' with lines "
+                "'relative/path [label]'")
+
+    def _read_ann_file(self) -> tuple[list[str], list[int]]:
+        path = self.ann_file if osp.isabs(self.ann_file) else osp.join(self.data_root, self.ann_file)
+        if not osp.isfile(path):
+            raise FileNotFoundError(f"List file '{path}' does not exist; {self._missing_root_hint()}")
+        names, labels = [], []
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line or line.startswith('#'):
+                    continue
+                parts = line.rsplit(maxsplit=1)
+                if len(parts) == 2 and parts[1].lstrip('-').isdigit():
+                    names.append(parts[0])
+                    labels.append(int(parts[1]))
+                else:
+                    names.append(line)
+                    labels.append(-1)
+        if not names:
+            raise ValueError(f"List file '{path}' lists no images")
+        return names, labels
+
+    def _scan_folder(self) -> tuple[list[str], list[int]]:
+        root = self.data_root
+        if not osp.isdir(root):
+            raise FileNotFoundError(f"Image folder '{root}' does not exist; {self._missing_root_hint()}")
+
+        def images_under(folder: str) -> list[str]:
+            found = []
+            for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
+                rel_dir = osp.relpath(dirpath, root).replace(os.sep, '/')
+                found += [f'{rel_dir}/{fn}' for fn in sorted(filenames)
+                          if fn.lower().endswith(self.extensions) and not fn.startswith('.')]
+            return found
+
+        names, labels, classes = [], [], []
+        for entry in sorted(os.scandir(root), key=lambda e: e.name):
+            if entry.is_dir() and not entry.name.startswith('.'):
+                files = images_under(entry.path)
+                if files:  # empty or non-image folders are not classes
+                    names += files
+                    labels += [len(classes)] * len(files)
+                    classes.append(entry.name)
+        if classes:
+            self.classes = classes
+        else:
+            names = [fn for fn in sorted(os.listdir(root))
+                     if fn.lower().endswith(self.extensions) and osp.isfile(osp.join(root, fn))]
+            labels = [-1] * len(names)
+        if not names:
+            raise FileNotFoundError(f"No images with extensions {', '.join(self.extensions)} found in '{root}'; "
+                                    f'{self._missing_root_hint()}')
+        return names, labels
+
+    def get_path(self, i: int) -> str:
+        """Return the file path of item ``i``."""
+        return osp.join(self.data_root, self._names_arr[int(self.indices[i])].decode())
+
+    def _read_image(self, j: int) -> Image.Image:
+        return _load_image_file(osp.join(self.data_root, self._names_arr[j].decode()))
+
+
+@DATASETS.register_module()
+class ImageNet(ImageFolder):
+    """ImageNet from ``data_root/{train,val}/<wnid>/*.JPEG`` or from list files such as ``meta/train.txt``."""
+
+    def __init__(self,
+                 data_root: str,
+                 split: str = 'train',
+                 ann_file: str | None = None,
+                 extensions: Sequence[str] = IMG_EXTENSIONS,
+                 pipeline: PipelineCfg = None,
+                 subset_fraction: float | None = None,
+                 subset_file: str | None = None,
+                 subset_seed: int = 0) -> None:
+        self.split = split
+        self.imagenet_root = str(data_root)
+        if ann_file is None:
+            data_root = osp.join(str(data_root), split)
+        super().__init__(data_root, ann_file, extensions, pipeline, subset_fraction, subset_file, subset_seed)
+
+    def _missing_root_hint(self) -> str:
+        return (f"expected ImageNet layout '{self.imagenet_root}/{{train,val}}/<wnid>/*.JPEG', or pass "
+                "ann_file='meta/train.txt' (relative to data_root) with lines 'train/n01440764/x.JPEG 0'")
+
+
+class _InMemoryDataset(ContrastiveDataset):
+    """Base for datasets held as a uint8 array ``[N, H, W]`` or ``[N, H, W, 3]``."""
+
+    data: np.ndarray
+
+    def _read_image(self, j: int) -> Image.Image:
+        return Image.fromarray(self.data[j])
+
+
+class _TorchvisionCIFAR(_InMemoryDataset):
+    _tv_name = 'CIFAR10'
+
+    def __init__(self,
+                 data_root: str,
+                 split: str = 'train',
+                 download: bool = False,
+                 pipeline: PipelineCfg = None,
+                 subset_fraction: float | None = None,
+                 subset_file: str | None = None,
+                 subset_seed: int = 0) -> None:
+        import torchvision.datasets as tvd
+        if split not in ('train', 'test'):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        tv_cls = getattr(tvd, self._tv_name)
+        folder = osp.join(str(data_root), tv_cls.base_folder)
+        hint = (f"place torchvision's '{tv_cls.base_folder}' folder (extracted from {tv_cls.filename}) in "
+                f"'{data_root}', or pass download=True")
+        if not download and not osp.isdir(folder):
+            raise FileNotFoundError(f"{type(self).__name__} data not found: '{folder}' does not exist; {hint}")
+        try:
+            tv = tv_cls(str(data_root), train=split == 'train', download=download)
+        except RuntimeError as e:  # torchvision reports missing files and md5 mismatches alike
+            raise FileNotFoundError(f"{type(self).__name__} files in '{folder}' are missing or corrupt ({e}); "
+                                    f'{hint}') from e
+        self.data_root, self.split = str(data_root), split
+        self.data = np.ascontiguousarray(tv.data, dtype=np.uint8)
+        self._all_labels = np.asarray(tv.targets, dtype=np.int64)
+        self.classes = list(tv.classes)
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)
+
+
+@DATASETS.register_module()
+class CIFAR10(_TorchvisionCIFAR):
+    """CIFAR-10 read from torchvision's ``cifar-10-batches-py`` folder into memory."""
+
+    _tv_name = 'CIFAR10'
+
+
+@DATASETS.register_module()
+class CIFAR100(_TorchvisionCIFAR):
+    """CIFAR-100 (fine labels) read from torchvision's ``cifar-100-python`` folder into memory."""
+
+    _tv_name = 'CIFAR100'
+
+
+@DATASETS.register_module()
+class FashionMNIST(_InMemoryDataset):
+    """Fashion-MNIST read from IDX files in ``data_root`` or ``data_root/FashionMNIST/raw``."""
+
+    def __init__(self,
+                 data_root: str = '/usr/share/datasets/fashion-mnist',
+                 split: str = 'train',
+                 download: bool = False,
+                 pipeline: PipelineCfg = None,
+                 subset_fraction: float | None = None,
+                 subset_file: str | None = None,
+                 subset_seed: int = 0) -> None:
+        if split not in ('train', 'test'):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        self.data_root, self.split = str(data_root), split
+        prefix = 'train' if split == 'train' else 't10k'
+        files = self._find_files(prefix)
+        if files is None and download:
+            import torchvision.datasets as tvd
+            tvd.FashionMNIST(self.data_root, train=split == 'train', download=True)
+            files = self._find_files(prefix)
+        if files is None:
+            raise FileNotFoundError(
+                f"Fashion-MNIST files '{prefix}-images-idx3-ubyte[.gz]' and '{prefix}-labels-idx1-ubyte[.gz]' "
+                f"not found in '{self.data_root}' or '{osp.join(self.data_root, 'FashionMNIST', 'raw')}'; "
+                "install them with `apt-get install dataset-fashion-mnist` (data_root "
+                "'/usr/share/datasets/fashion-mnist') or pass download=True")
+        images, labels = read_idx(files[0]), read_idx(files[1])
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+            raise ValueError(f"Fashion-MNIST files '{files[0]}' {images.shape} and '{files[1]}' {labels.shape} "
+                             'do not match; fetch them again')
+        self.data = np.ascontiguousarray(images, dtype=np.uint8)
+        self._all_labels = labels.astype(np.int64)
+        self.classes = list(FASHION_MNIST_CLASSES)
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)
+
+    def _find_files(self, prefix: str) -> tuple[str, str] | None:
+        for folder in (self.data_root, osp.join(self.data_root, 'FashionMNIST', 'raw')):
+            found = []
+            for stem in (f'{prefix}-images-idx3-ubyte', f'{prefix}-labels-idx1-ubyte'):
+                found += [p for p in (osp.join(folder, stem), osp.join(folder, stem + '.gz')) if osp.isfile(p)][:1]
+            if len(found) == 2:
+                return found[0], found[1]
+        return None
+
+
+@DATASETS.register_module()
+class Digits(_InMemoryDataset):
+    """scikit-learn's bundled 8x8 digits, split into stratified train/test parts reproducibly by ``seed``."""
+
+    def __init__(self,
+                 split: str = 'train',
+                 test_fraction: float = 0.25,
+                 seed: int = 0,
+                 pipeline: PipelineCfg = None,
+                 subset_fraction: float | None = None,
+                 subset_file: str | None = None,
+                 subset_seed: int = 0) -> None:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+        if split not in ('train', 'test', 'all'):
+            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+        digits = load_digits()
+        images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
+        targets = digits.target.astype(np.int64)
+        keep = np.arange(len(targets))
+        if split != 'all':
+            train, test = train_test_split(keep, test_size=test_fraction, stratify=targets, random_state=seed)
+            keep = np.sort(train if split == 'train' else test)
+        self.split = split
+        self.data = np.ascontiguousarray(images[keep])
+        self._all_labels = targets[keep]
+        self.classes = [str(c) for c in range(10)]
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)

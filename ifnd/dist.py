@@ -1,0 +1,35 @@
+"""Collectives that degrade to identities in a single process."""
+import torch
+import torch.distributed as torch_dist
+from mmengine.dist import all_gather, get_rank, get_world_size, is_distributed
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """All-gather along dim 0 whose backward hands each rank the summed gradient of its rows."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(x) for _ in range(get_world_size())]
+        torch_dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        # Every rank's loss may depend on this rank's rows: sum the gradients of all ranks.
+        grad = grad.contiguous()
+        torch_dist.all_reduce(grad)
+        return grad.chunk(get_world_size(), dim=0)[get_rank()]
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` from all ranks along dim 0, letting gradients flow back to each rank."""
+    if not is_distributed() or get_world_size() == 1:
+        return x
+    return _GatherWithGrad.apply(x)
+
+
+def gather_no_grad(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` (same shape on every rank) from all ranks along dim 0, detached."""
+    if not is_distributed() or get_world_size() == 1:
+        return x.detach()
+    return torch.cat(all_gather(x.detach().contiguous()), dim=0)

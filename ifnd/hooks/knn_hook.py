@@ -1,0 +1,75 @@
+"""Online weighted-kNN evaluation of the backbone during training."""
+from mmengine.dist import is_main_process
+from mmengine.hooks import Hook
+
+from ifnd.engine.features import build_eval_dataset, extract_features
+from ifnd.evaluation.metrics import knn_accuracy
+from ifnd.registry import HOOKS
+
+
+@HOOKS.register_module()
+class KNNEvalHook(Hook):
+    """Weighted kNN top-1 (cosine, k neighbours, temperature T) every ``interval`` epochs.
+
+    The memory bank is the training set under ``pipeline`` (the eval transform) unless
+    ``train_dataset`` is given; queries come from ``val_dataset``. The result is logged as the
+    scalar ``knn/top1`` (and ``knn/top1`` at step 0 for the untrained encoder when
+    ``eval_at_start``).
+    """
+
+    priority = 'LOW'
+
+    def __init__(self, val_dataset: dict, pipeline: dict | None = None,
+                 train_dataset: dict | None = None, interval: int = 1, k: int = 20,
+                 temperature: float = 0.07, feature: str = 'f', batch_size: int = 256,
+                 num_workers: int = 2, chunk_size: int = 1024, eval_at_start: bool = False) -> None:
+        if interval < 1:
+            raise ValueError(f'KNNEvalHook interval must be >= 1, got {interval}')
+        self.val_dataset = val_dataset
+        self.train_dataset = train_dataset
+        self.pipeline = pipeline
+        self.interval = interval
+        self.k = k
+        self.temperature = temperature
+        self.feature = feature
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.chunk_size = chunk_size
+        self.eval_at_start = eval_at_start
+        self._datasets = None
+
+    def _build_datasets(self, runner):
+        if self._datasets is None:
+            train_cfg = self.train_dataset or runner.cfg.train_dataloader.dataset
+            self._datasets = (build_eval_dataset(train_cfg, self.pipeline),
+                              build_eval_dataset(self.val_dataset, self.pipeline))
+        return self._datasets
+
+    def evaluate(self, runner, epochs_done: int) -> float:
+        """kNN top-1 (%) of the current backbone, logged at ``epochs_done``; on every rank."""
+        bank_set, query_set = self._build_datasets(runner)
+        kwargs = dict(feature=self.feature, batch_size=self.batch_size,
+                      num_workers=self.num_workers)
+        bank, bank_labels = extract_features(runner.model, bank_set, desc='kNN bank', **kwargs)
+        query, query_labels = extract_features(runner.model, query_set, desc='kNN queries',
+                                               **kwargs)
+        num_classes = int(max(bank_labels.max(), query_labels.max())) + 1
+        top1 = knn_accuracy(bank, bank_labels, query, query_labels, num_classes, k=self.k,
+                            temperature=self.temperature, chunk_size=self.chunk_size)
+        runner.message_hub.update_scalar('knn/top1', top1)
+        if is_main_process():
+            runner.logger.info(f'After {epochs_done} epochs: kNN top-1 {top1:.2f}% '
+                               f'(k={self.k}, T={self.temperature}, {len(query)} queries)')
+            runner.visualizer.add_scalars({'knn/top1': top1}, step=epochs_done)
+        return top1
+
+    def before_train(self, runner) -> None:
+        """Evaluate the encoder as initialised, once, when asked (not on resume)."""
+        if self.eval_at_start and runner.epoch == 0:
+            self.evaluate(runner, 0)
+
+    def after_train_epoch(self, runner) -> None:
+        """Evaluate every ``interval`` epochs and after the last one."""
+        done = runner.epoch + 1
+        if done % self.interval == 0 or done == runner.max_epochs:
+            self.evaluate(runner, done)

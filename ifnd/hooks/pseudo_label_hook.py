@@ -1,0 +1,200 @@
+"""Incremental false negative detection: periodic clustering into the model's label bank."""
+import json
+import os
+import time
+
+import numpy as np
+import torch
+from mmengine.dist import broadcast, is_main_process
+from mmengine.hooks import Hook
+
+from ifnd.clustering import (accept_labels, acceptance_rate, cluster_confidence, confidence,
+                             multi_level_kmeans, pcl_concentration)
+from ifnd.engine.checkpoint import AtomicLocalBackend
+from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
+from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
+from ifnd.registry import HOOKS
+
+CONFIDENCES = ('kappa', 'pcl')
+
+
+@HOOKS.register_module()
+class PseudoLabelHook(Hook):
+    """Clusters the training set before training and every ``interval`` epochs.
+
+    Each round: features of all training images under the eval transform (every rank, its
+    shard), multi-level k-means and confidence on rank 0, acceptance of the global top
+    ``ceil(r * N)`` per level, broadcast, and an update of the model's label bank. The acceptance
+    rate r follows ``scheme`` ('constant', 'step', 'linear'), evaluated at the number of epochs
+    completed. ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
+    per-cluster concentration. Each round's labels and confidences are saved under
+    ``work_dir/pseudo_labels/``.
+    """
+
+    priority = 'NORMAL'  # before CheckpointHook, so each checkpoint holds the new labels
+
+    def __init__(self, num_clusters: list[int], pipeline: dict | None = None, interval: int = 1,
+                 scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
+                 feature: str = 'z', confidence: str = 'kappa', temperature: float | None = None,
+                 kmeans: dict | None = None, seed: int = 0, dataset: dict | None = None,
+                 batch_size: int = 256, num_workers: int = 2, save_labels: bool = True) -> None:
+        if not num_clusters or min(num_clusters) < 1:
+            raise ValueError(f'num_clusters must be a non-empty list of positive k, got {num_clusters}')
+        if confidence not in CONFIDENCES:
+            raise ValueError(f'confidence must be one of {CONFIDENCES}, got {confidence!r}')
+        if interval < 1:
+            raise ValueError(f'PseudoLabelHook interval must be >= 1, got {interval}')
+        acceptance_rate(0, 1, scheme, final_rate, step_epoch)  # validates the schedule now
+        self.num_clusters = list(num_clusters)
+        self.pipeline = pipeline
+        self.interval = interval
+        self.scheme = scheme
+        self.final_rate = final_rate
+        self.step_epoch = step_epoch
+        self.feature = feature
+        self.confidence = confidence
+        self.temperature = temperature
+        self.kmeans = dict(kmeans or {})
+        self.seed = seed
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.save_labels = save_labels
+        self._dataset = None
+
+    def _data(self, runner):
+        if self._dataset is None:
+            cfg = self.dataset or runner.cfg.train_dataloader.dataset
+            self._dataset = build_eval_dataset(cfg, self.pipeline)
+        return self._dataset
+
+    def before_train(self, runner) -> None:
+        """Start from instance labels and run the first round, unless resumed with labels."""
+        model = unwrap_model(runner.model)
+        bank = getattr(model, 'label_bank', None)
+        if bank is None:
+            raise TypeError(f'PseudoLabelHook needs an algorithm with pseudo labels (IFND, '
+                            f"IFNDMoCo, PCL); {type(model).__name__} has label_source="
+                            f'{getattr(model, "label_source", None)!r}')
+        num = len(self._data(runner))
+        if bank.num_levels == len(self.num_clusters) and bank.num_samples == num and runner.epoch > 0:
+            runner.logger.info(f'Resumed pseudo labels for {num} samples at epoch {runner.epoch}')
+            return
+        bank.reset(len(self.num_clusters), num)
+        self.run_round(runner, runner.epoch)
+
+    def after_train_epoch(self, runner) -> None:
+        """Re-cluster every ``interval`` epochs."""
+        done = runner.epoch + 1
+        if done % self.interval == 0:
+            self.run_round(runner, done)
+
+    def run_round(self, runner, epochs_done: int) -> dict:
+        """One clustering round; returns the per-level statistics (rank 0) or {}."""
+        model = unwrap_model(runner.model)
+        bank = model.label_bank
+        dataset = self._data(runner)
+        rate = acceptance_rate(epochs_done, runner.max_epochs, self.scheme, self.final_rate,
+                               self.step_epoch)
+        tic = time.perf_counter()
+        feats, true_labels = extract_features(runner.model, dataset, self.feature, self.batch_size,
+                                              self.num_workers, desc=f'clustering round '
+                                              f'(epoch {epochs_done})')
+        extract_s = time.perf_counter() - tic
+        device = bank.labels.device
+        num, levels = len(dataset), len(self.num_clusters)
+        labels = torch.empty(levels, num, dtype=torch.long, device=device)
+        pcl = model.uses_prototypes or self.confidence == 'pcl'
+        centroids = torch.zeros(levels, max(self.num_clusters), feats.shape[1], device=device)
+        concentration = torch.ones(levels, max(self.num_clusters), device=device)
+        stats: dict = {}
+        if is_main_process():
+            stats, round_labels, cents, concs = self._cluster(
+                feats, true_labels, rate, epochs_done, float(model.temperature), pcl, runner)
+            stats['seconds_extract'] = extract_s
+            labels.copy_(round_labels.to(device))
+            for level, (c, phi) in enumerate(zip(cents, concs)):
+                centroids[level, :len(c)] = c.to(device)
+                concentration[level, :len(c)] = phi.to(device)
+        broadcast(labels, 0)
+        broadcast(centroids, 0)
+        broadcast(concentration, 0)
+        ks = self.num_clusters
+        bank.update(labels, [centroids[i, :k] for i, k in enumerate(ks)],
+                    [concentration[i, :k] for i, k in enumerate(ks)])
+        return stats
+
+    def _cluster(self, feats, true_labels, rate, epochs_done, temperature, pcl, runner):
+        seed = self.seed + 7919 * epochs_done  # a new seed every round, varied per level inside
+        tic = time.perf_counter()
+        results = multi_level_kmeans(feats, self.num_clusters, seed=seed, **self.kmeans)
+        kmeans_s = time.perf_counter() - tic
+        has_truth = bool((true_labels >= 0).all())
+        round_labels, cents, concs, saved = [], [], [], {}
+        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_kmeans': kmeans_s, 'levels': []}
+        conf_s = 0.0
+        for level, (k, res) in enumerate(zip(self.num_clusters, results)):
+            tic = time.perf_counter()
+            phi = pcl_concentration(feats, res.centroids, res.assignments, temperature) if pcl \
+                else torch.ones(k)
+            if self.confidence == 'kappa':
+                kappa = confidence(feats, res.centroids, res.assignments, temperature)
+            else:
+                kappa = cluster_confidence(phi, res.assignments)
+            accepted, threshold = accept_labels(res.assignments, kappa, rate)
+            conf_s += time.perf_counter() - tic
+            sizes = torch.bincount(res.assignments, minlength=k).float()
+            kept = accepted[accepted >= 0]
+            level_stats = {
+                'k': k, 'accept_rate': float((accepted >= 0).float().mean()),
+                'kappa_threshold': threshold, 'clusters_used': int(kept.unique().numel()),
+                'size_min': float(sizes.min()), 'size_median': float(sizes.median()),
+                'size_max': float(sizes.max())}
+            if has_truth:
+                level_stats.update(cluster_quality(true_labels.numpy(), res.assignments.numpy()))
+                mtpr, mtnr = false_negative_rates(accepted.numpy(), true_labels.numpy())
+                level_stats.update(mtpr=mtpr, mtnr=mtnr)
+            stats['levels'].append(level_stats)
+            round_labels.append(accepted)
+            cents.append(res.centroids)
+            concs.append(phi)
+            saved[f'assignments_{level}'] = res.assignments.numpy()
+            saved[f'confidence_{level}'] = kappa.numpy()
+            saved[f'centroids_{level}'] = res.centroids.numpy()
+        stats['seconds_confidence'] = conf_s
+        round_labels = torch.stack(round_labels)
+        self._log(runner, stats)
+        if self.save_labels:
+            self._save(runner, stats, round_labels, true_labels, saved)
+        return stats, round_labels, cents, concs
+
+    def _log(self, runner, stats: dict) -> None:
+        scalars = {f'ifnd/seconds_{part}': stats[f'seconds_{part}']
+                   for part in ('kmeans', 'confidence') if f'seconds_{part}' in stats}
+        scalars['ifnd/rate'] = stats['rate']
+        lines = [f'Clustering round after {stats["epoch"]} epochs: acceptance rate '
+                 f'{stats["rate"]:.3f}, k-means {stats["seconds_kmeans"]:.1f}s, '
+                 f'confidence {stats["seconds_confidence"]:.1f}s']
+        for level in stats['levels']:
+            tag = f'ifnd/k{level["k"]}'
+            scalars.update({f'{tag}/{key}': value for key, value in level.items()
+                            if key != 'k' and np.isfinite(value)})
+            lines.append('  ' + ', '.join(f'{key} {value:.4g}' for key, value in level.items()))
+        runner.logger.info('\n'.join(lines))
+        runner.visualizer.add_scalars(scalars, step=stats['epoch'])
+
+    def _save(self, runner, stats, labels, true_labels, saved) -> None:
+        folder = os.path.join(runner.work_dir, 'pseudo_labels')
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f'epoch_{stats["epoch"]:04d}.npz')
+        tmp = path + '.tmp.npz'
+        np.savez_compressed(tmp, labels=labels.numpy(), true_labels=true_labels.numpy(),
+                            num_clusters=np.array(self.num_clusters), rate=stats['rate'],
+                            epoch=stats['epoch'], **saved)
+        os.replace(tmp, path)
+        summary = os.path.join(folder, 'rounds.json')
+        rounds = []
+        if os.path.exists(summary):
+            with open(summary) as f:
+                rounds = [r for r in json.load(f) if r['epoch'] < stats['epoch']]
+        AtomicLocalBackend().put_text(json.dumps(rounds + [stats], indent=1), summary)

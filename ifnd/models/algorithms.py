@@ -1,0 +1,371 @@
+"""Contrastive algorithms: SimCLR and MoCo v2, with IFND, SupCon and PCL built on them."""
+import copy
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from mmengine.dist import broadcast, get_dist_info
+from mmengine.model import BaseModel
+from torch import nn
+
+from ifnd.dist import gather_no_grad, gather_with_grad
+from ifnd.models.losses import contrastive_loss_from_candidates, proto_nce_loss, queue_contrastive_loss
+from ifnd.registry import MODELS
+
+LABEL_SOURCES = ('none', 'pseudo', 'ground_truth')
+
+
+class PseudoLabelBank(nn.Module):
+    """Pseudo labels ``[levels, N]`` indexed by sample index, saved with the model.
+
+    Unaccepted samples carry the unique label ``-(index + 1)``, which never equals a cluster id.
+    PCL also keeps each level's centroids and concentrations (padded to the largest k).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer('labels', torch.empty(0, 0, dtype=torch.long))
+        self.register_buffer('num_clusters', torch.empty(0, dtype=torch.long))
+        self.register_buffer('centroids', torch.empty(0, 0, 0))
+        self.register_buffer('concentration', torch.empty(0, 0))
+
+    @property
+    def num_levels(self) -> int:
+        """Number of clustering levels held (0 before the first reset)."""
+        return self.labels.shape[0]
+
+    @property
+    def num_samples(self) -> int:
+        """Number of samples the labels are indexed by."""
+        return self.labels.shape[1]
+
+    def reset(self, num_levels: int, num_samples: int) -> None:
+        """Give every sample its own label at every level (pure instance discrimination)."""
+        unique = -(torch.arange(num_samples, device=self.labels.device) + 1)
+        self.labels = unique.repeat(num_levels, 1)
+        self.num_clusters = torch.zeros(num_levels, dtype=torch.long, device=self.labels.device)
+        self.centroids = torch.empty(0, 0, 0, device=self.labels.device)
+        self.concentration = torch.empty(0, 0, device=self.labels.device)
+
+    def update(self, labels: torch.Tensor, centroids: Sequence[torch.Tensor] | None = None,
+               concentration: Sequence[torch.Tensor] | None = None) -> None:
+        """Replace the labels ``[levels, N]`` (and, for PCL, centroids and concentrations)."""
+        device = self.labels.device
+        self.labels = labels.to(device=device, dtype=torch.long).clone()
+        if centroids is not None:
+            ks = [c.shape[0] for c in centroids]
+            padded = torch.zeros(len(ks), max(ks), centroids[0].shape[1], device=device)
+            conc = torch.ones(len(ks), max(ks), device=device)
+            for level, c in enumerate(centroids):
+                padded[level, :ks[level]] = c.to(device)
+                if concentration is not None:
+                    conc[level, :ks[level]] = concentration[level].to(device)
+            self.centroids, self.concentration = padded, conc
+            self.num_clusters = torch.tensor(ks, dtype=torch.long, device=device)
+
+    def lookup(self, index: torch.Tensor) -> torch.Tensor:
+        """Labels ``[levels, len(index)]`` of the given samples."""
+        if self.num_levels == 0:
+            raise RuntimeError('The pseudo-label bank is empty: add PseudoLabelHook to '
+                               "custom_hooks (see configs/ifnd/) so it is filled before training")
+        if int(index.max()) >= self.num_samples:
+            raise IndexError(f'sample index {int(index.max())} is outside the bank of '
+                             f'{self.num_samples} samples; the bank was built for another dataset')
+        return self.labels[:, index]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # The bank's size comes from the data set, so adopt the stored shapes before copying.
+        for name, buf in self.named_buffers(recurse=False):
+            stored = state_dict.get(prefix + name)
+            if stored is not None and stored.shape != buf.shape:
+                setattr(self, name, torch.empty_like(stored, device=buf.device))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class ContrastiveAlgorithm(BaseModel):
+    """Backbone f, projection head g and the label source shared by every algorithm."""
+
+    uses_prototypes = False  # whether the loss needs cluster centroids and concentrations
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float, loss_mode: str = 'inst',
+                 label_source: str = 'none', data_preprocessor: dict | None = None,
+                 init_cfg: dict | None = None) -> None:
+        super().__init__(data_preprocessor=data_preprocessor or dict(type='ContrastiveDataPreprocessor'),
+                         init_cfg=init_cfg)
+        if label_source not in LABEL_SOURCES:
+            raise ValueError(f'label_source must be one of {LABEL_SOURCES}, got {label_source!r}')
+        if label_source == 'none' and loss_mode != 'inst':
+            raise ValueError(f"loss_mode={loss_mode!r} needs labels: set label_source='pseudo' "
+                             "(IFND) or 'ground_truth' (SupCon)")
+        self.backbone = MODELS.build(backbone)
+        neck = dict(neck)
+        neck.setdefault('in_dim', self.backbone.out_dim)
+        self.neck = MODELS.build(neck)
+        self.temperature = temperature
+        self.loss_mode = loss_mode
+        self.label_source = label_source
+        if label_source == 'pseudo':
+            self.label_bank = PseudoLabelBank()
+
+    def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Backbone features f(x)."""
+        return self.backbone(inputs)
+
+    def embed(self, inputs: torch.Tensor) -> torch.Tensor:
+        """L2-normalised embeddings z = g(f(x)), in float32 also under autocast."""
+        return F.normalize(self.neck(self.backbone(inputs)).float(), dim=1)
+
+    @torch.no_grad()
+    def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
+        """Features used for clustering: normalised embeddings z or backbone features f."""
+        if feature == 'z':
+            return self.embed(inputs)
+        if feature == 'f':
+            return F.normalize(self.extract_feat(inputs).float(), dim=1)
+        raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
+
+    def batch_labels(self, data_samples: dict) -> torch.Tensor | None:
+        """Labels ``[levels, M]`` of the batch under this algorithm's label source."""
+        if self.label_source == 'pseudo':
+            return self.label_bank.lookup(data_samples['index'])
+        if self.label_source == 'ground_truth':
+            labels = data_samples['label']
+            if bool((labels < 0).any()):
+                raise ValueError("label_source='ground_truth' needs a data set with labels")
+            return labels.view(1, -1)
+        return None
+
+    def forward(self, inputs, data_samples: dict | None = None, mode: str = 'tensor'):
+        """mmengine entry point: 'loss' for training, 'tensor'/'predict' for features."""
+        if mode == 'loss':
+            return self.loss(inputs, data_samples or {})
+        views = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+        if mode == 'tensor':
+            return self.extract_feat(views)
+        if mode == 'predict':
+            return self.clustering_features(views, 'f')
+        raise ValueError(f"mode must be 'loss', 'tensor' or 'predict', got {mode!r}")
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """Loss dict for a batch of views."""
+        raise NotImplementedError
+
+    def _check_two_views(self, inputs: list[torch.Tensor]) -> None:
+        if len(inputs) < 2:
+            raise ValueError(f'{type(self).__name__} needs two views per image; the pipeline gave '
+                             f'{len(inputs)}: use MultiView(num_views=2)')
+
+    @staticmethod
+    def _diagnostics(labels: torch.Tensor | None) -> dict:
+        # Logged (not optimised): the share of the batch that carries an accepted pseudo label.
+        if labels is None:
+            return {}
+        return {'accepted': (labels >= 0).float().mean().detach()}
+
+
+@MODELS.register_module()
+class SimCLR(ContrastiveAlgorithm):
+    """SimCLR: 2M views per batch, every other view a negative; views gathered across ranks."""
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.1, **kwargs) -> None:
+        super().__init__(backbone, neck, temperature, **kwargs)
+
+    def embed_views(self, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings of the two views, encoded as one batch of 2M (BN sees both views)."""
+        self._check_two_views(inputs)
+        z1, z2 = self.embed(torch.cat(inputs[:2])).chunk(2)
+        return z1, z2
+
+    def instance_losses(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict) -> dict:
+        """Masked InfoNCE over the 2M local views against the views of all ranks."""
+        num = z1.shape[0]
+        rank, world_size = get_dist_info()
+        total = num * world_size
+        candidates = torch.cat([gather_with_grad(z1), gather_with_grad(z2)])
+        own = torch.arange(num, device=z1.device) + rank * num
+        self_index = torch.cat([own, own + total])
+        positive_index = torch.cat([own + total, own])
+        labels = self.batch_labels(data_samples)
+        anchor_labels = candidate_labels = None
+        if labels is not None:
+            candidate_labels = gather_no_grad(labels.t()).t().repeat(1, 2)
+            # Unaccepted samples carry unique labels, so a batch without any accepted label is
+            # exactly instance discrimination: take that path (it is cheaper, and bit-identical).
+            if bool((candidate_labels >= 0).any()):
+                anchor_labels = labels.repeat(1, 2)
+            else:
+                candidate_labels = None
+        per_anchor = contrastive_loss_from_candidates(
+            torch.cat([z1, z2]), candidates, positive_index, self_index, anchor_labels,
+            candidate_labels, self.temperature, self.loss_mode)
+        return {'loss': per_anchor.mean(), **self._diagnostics(labels)}
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """The instance-level (or label-masked) contrastive loss of a batch."""
+        return self.instance_losses(*self.embed_views(inputs), data_samples)
+
+
+@MODELS.register_module()
+class IFND(SimCLR):
+    """IFND on the SimCLR base: pseudo labels from clustering, false negatives eliminated."""
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'elim', **kwargs) -> None:
+        kwargs.setdefault('label_source', 'pseudo')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+
+
+@MODELS.register_module()
+class SupCon(SimCLR):
+    """SupCon, the oracle: attraction loss with ground-truth labels."""
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'attr', **kwargs) -> None:
+        kwargs.setdefault('label_source', 'ground_truth')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+
+
+@MODELS.register_module()
+class PCL(SimCLR):
+    """PCL on the SimCLR base: instance InfoNCE plus ProtoNCE over the accepted samples."""
+
+    uses_prototypes = True
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'inst', proto_weight: float = 1.0, **kwargs) -> None:
+        kwargs.setdefault('label_source', 'pseudo')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+        self.proto_weight = proto_weight
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """Instance term (of ``loss_mode``) plus the prototype term of ProtoNCE."""
+        z1, z2 = self.embed_views(inputs)
+        losses = self.instance_losses(z1, z2, data_samples)
+        bank = self.label_bank
+        if len(bank.num_clusters) == 0 or int(bank.num_clusters.min()) == 0:
+            # Before the first clustering there are no prototypes: the instance term alone.
+            losses['loss_proto'] = losses['loss'].new_zeros(())
+            return losses
+        assignments = bank.lookup(data_samples['index'])
+        assignments = torch.where(assignments >= 0, assignments, -1)
+        ks = bank.num_clusters.tolist()
+        centroids = [bank.centroids[level, :k] for level, k in enumerate(ks)]
+        concentration = [bank.concentration[level, :k] for level, k in enumerate(ks)]
+        proto = proto_nce_loss(torch.cat([z1, z2]), centroids, assignments.repeat(1, 2), concentration)
+        losses['loss_proto'] = self.proto_weight * proto
+        return losses
+
+
+@MODELS.register_module()
+class MoCoV2(ContrastiveAlgorithm):
+    """MoCo v2: momentum key encoder, a queue of negatives, and batch shuffling for BN.
+
+    Across ranks keys are shuffled between processes as in MoCo. In one process the shuffled
+    key batch is encoded in ``bn_splits`` chunks, so each BN sees a different sub-batch and the
+    query cannot cheat through batch statistics, as with several GPUs.
+    """
+
+    def __init__(self, backbone: dict, neck: dict, queue_len: int = 65536, momentum: float = 0.999,
+                 temperature: float = 0.2, bn_splits: int = 8, **kwargs) -> None:
+        super().__init__(backbone, neck, temperature, **kwargs)
+        if self.label_source == 'ground_truth':
+            raise ValueError("MoCoV2 supports label_source 'none' or 'pseudo'; use SupCon for "
+                             'ground-truth labels')
+        self.momentum = momentum
+        self.bn_splits = bn_splits
+        self.momentum_backbone = copy.deepcopy(self.backbone)
+        self.momentum_neck = copy.deepcopy(self.neck)
+        for param in self._key_params():
+            param.requires_grad_(False)
+        dim = self.neck.out_dim
+        self.register_buffer('queue', F.normalize(torch.randn(queue_len, dim), dim=1))
+        # Sample index of each key; -1 for the initial random rows.
+        self.register_buffer('queue_index', torch.full((queue_len,), -1, dtype=torch.long))
+        self.register_buffer('queue_ptr', torch.zeros((), dtype=torch.long))
+
+    def _key_params(self) -> list[nn.Parameter]:
+        return list(self.momentum_backbone.parameters()) + list(self.momentum_neck.parameters())
+
+    def _query_params(self) -> list[nn.Parameter]:
+        return list(self.backbone.parameters()) + list(self.neck.parameters())
+
+    def init_weights(self) -> None:
+        """Initialise the query encoder, then copy it into the key encoder."""
+        super().init_weights()
+        with torch.no_grad():
+            torch._foreach_copy_(self._key_params(), self._query_params())
+
+    @torch.no_grad()
+    def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
+        """Features of the momentum encoder (as PCL): embeddings z or backbone features f."""
+        feats = self.momentum_backbone(inputs)
+        if feature == 'f':
+            return F.normalize(feats.float(), dim=1)
+        if feature == 'z':
+            return F.normalize(self.momentum_neck(feats).float(), dim=1)
+        raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
+
+    @torch.no_grad()
+    def _momentum_update(self) -> None:
+        torch._foreach_lerp_(self._key_params(), self._query_params(), 1.0 - self.momentum)
+
+    def _key_embed(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.momentum_neck(self.momentum_backbone(x)).float(), dim=1)
+
+    @torch.no_grad()
+    def _shuffled_keys(self, x: torch.Tensor) -> torch.Tensor:
+        rank, world_size = get_dist_info()
+        if world_size > 1:
+            gathered = gather_no_grad(x)
+            perm = torch.randperm(gathered.shape[0], device=x.device)
+            broadcast(perm, 0)
+            own = perm.view(world_size, -1)[rank]
+            keys = gather_no_grad(self._key_embed(gathered[own]))
+            return keys[torch.argsort(perm)].view(world_size, -1, keys.shape[1])[rank]
+        perm = torch.randperm(x.shape[0], device=x.device)
+        # BN needs at least two samples per sub-batch.
+        splits = min(self.bn_splits, max(1, x.shape[0] // 2))
+        keys = torch.cat([self._key_embed(chunk) for chunk in x[perm].chunk(splits)])
+        return keys[torch.argsort(perm)]
+
+    @torch.no_grad()
+    def _enqueue(self, keys: torch.Tensor, index: torch.Tensor) -> None:
+        keys, index = gather_no_grad(keys), gather_no_grad(index)
+        slots = (self.queue_ptr + torch.arange(keys.shape[0], device=keys.device)) % len(self.queue)
+        self.queue[slots] = keys
+        self.queue_index[slots] = index
+        self.queue_ptr.copy_((self.queue_ptr + keys.shape[0]) % len(self.queue))
+
+    def queue_labels(self) -> torch.Tensor | None:
+        """Labels ``[levels, K]`` of the queued keys; initial rows get labels matching nothing."""
+        if self.label_source != 'pseudo':
+            return None
+        bank = self.label_bank
+        valid = self.queue_index >= 0
+        labels = bank.lookup(torch.where(valid, self.queue_index, 0))
+        never = -(bank.num_samples + 1 + torch.arange(len(self.queue), device=labels.device))
+        return torch.where(valid, labels, never)
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """InfoNCE of queries against their keys and the queue (masked by labels for IFND)."""
+        self._check_two_views(inputs)
+        q = self.embed(inputs[0])
+        self._momentum_update()
+        k = self._shuffled_keys(inputs[1])
+        labels = self.batch_labels(data_samples)
+        loss = queue_contrastive_loss(q, k, self.queue.clone(), labels, self.queue_labels(),
+                                      self.temperature, self.loss_mode)
+        index = data_samples.get('index')
+        if index is None:
+            index = torch.full((k.shape[0],), -1, dtype=torch.long, device=k.device)
+        self._enqueue(k, index)
+        return {'loss': loss, **self._diagnostics(labels)}
+
+
+@MODELS.register_module()
+class IFNDMoCo(MoCoV2):
+    """IFND on the MoCo v2 base: queue keys sharing the query's pseudo label are eliminated."""
+
+    def __init__(self, backbone: dict, neck: dict, loss_mode: str = 'elim', **kwargs) -> None:
+        kwargs.setdefault('label_source', 'pseudo')
+        super().__init__(backbone, neck, loss_mode=loss_mode, **kwargs)

@@ -1,0 +1,44 @@
+"""Backbones: any timm model that returns pooled features."""
+import timm
+import torch
+from mmengine.model import BaseModule
+from torch import nn
+
+from ifnd.registry import MODELS
+
+
+@MODELS.register_module()
+class TimmBackbone(BaseModule):
+    """A timm model by name, returning its globally pooled features ``[B, out_dim]``.
+
+    ``cifar_stem=True`` swaps a ResNet-family stem for a 3x3 stride-1 convolution without
+    max-pooling, the usual choice for 28/32-pixel images.
+    """
+
+    def __init__(self, model_name: str, pretrained: bool = False, cifar_stem: bool = False,
+                 init_cfg: dict | None = None, **timm_kwargs) -> None:
+        super().__init__(init_cfg)
+        try:
+            self.model = timm.create_model(model_name, pretrained=pretrained, num_classes=0,
+                                           **timm_kwargs)
+        except RuntimeError as err:
+            if 'Unknown model' in str(err):
+                raise ValueError(f'timm has no model named {model_name!r}; see '
+                                 "timm.list_models('resnet*') for valid names") from err
+            raise
+        if cifar_stem:
+            self._use_cifar_stem()
+        self.out_dim = self.model.num_features
+
+    def _use_cifar_stem(self) -> None:
+        conv1 = getattr(self.model, 'conv1', None)
+        if not isinstance(conv1, nn.Conv2d) or not hasattr(self.model, 'maxpool'):
+            raise ValueError('cifar_stem=True needs a ResNet-family timm model with a single '
+                             f'conv1 and maxpool; {type(self.model).__name__} has none. Use a '
+                             "ResNet ('resnet18', 'resnet50') or set cifar_stem=False")
+        self.model.conv1 = nn.Conv2d(conv1.in_channels, conv1.out_channels, 3, 1, 1, bias=False)
+        self.model.maxpool = nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Pooled features of a batch of images."""
+        return self.model(x)

@@ -1,0 +1,44 @@
+"""Child registries of mmengine's roots, scoped as ``ifnd``.
+
+Configs set ``default_scope = 'ifnd'``; building through the root registries then looks here
+first and imports the modules in ``locations`` on demand, so tools need no explicit imports.
+"""
+from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
+from mmengine.registry import DATASETS as MMENGINE_DATASETS
+from mmengine.registry import EVALUATOR as MMENGINE_EVALUATOR
+from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
+from mmengine.registry import LOG_PROCESSORS as MMENGINE_LOG_PROCESSORS
+from mmengine.registry import LOOPS as MMENGINE_LOOPS
+from mmengine.registry import METRICS as MMENGINE_METRICS
+from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
+from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import OPTIMIZERS as MMENGINE_OPTIMIZERS
+from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
+from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
+from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
+from mmengine.registry import VISBACKENDS as MMENGINE_VISBACKENDS
+from mmengine.registry import VISUALIZERS as MMENGINE_VISUALIZERS
+from mmengine.registry import Registry
+
+RUNNERS = Registry('runner', parent=MMENGINE_RUNNERS, locations=['ifnd.engine'])
+LOOPS = Registry('loop', parent=MMENGINE_LOOPS, locations=['ifnd.engine'])
+HOOKS = Registry('hook', parent=MMENGINE_HOOKS, locations=['ifnd.hooks'])
+DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, locations=['ifnd.datasets'])
+DATA_SAMPLERS = Registry('data sampler', parent=MMENGINE_DATA_SAMPLERS, locations=['ifnd.datasets'])
+TRANSFORMS = Registry('transform', parent=MMENGINE_TRANSFORMS, locations=['ifnd.datasets'])
+FUNCTIONS = Registry('function', parent=MMENGINE_FUNCTIONS, locations=['ifnd.datasets'])
+MODELS = Registry('model', parent=MMENGINE_MODELS, locations=['ifnd.models'])
+MODEL_WRAPPERS = Registry('model wrapper', parent=MMENGINE_MODEL_WRAPPERS, locations=['ifnd.models'])
+OPTIMIZERS = Registry('optimizer', parent=MMENGINE_OPTIMIZERS, locations=['ifnd.engine'])
+OPTIM_WRAPPERS = Registry('optim wrapper', parent=MMENGINE_OPTIM_WRAPPERS, locations=['ifnd.engine'])
+OPTIM_WRAPPER_CONSTRUCTORS = Registry(
+    'optimizer wrapper constructor', parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, locations=['ifnd.engine'])
+PARAM_SCHEDULERS = Registry('parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS, locations=['ifnd.engine'])
+METRICS = Registry('metric', parent=MMENGINE_METRICS, locations=['ifnd.evaluation'])
+EVALUATOR = Registry('evaluator', parent=MMENGINE_EVALUATOR, locations=['ifnd.evaluation'])
+VISUALIZERS = Registry('visualizer', parent=MMENGINE_VISUALIZERS, locations=['ifnd.engine'])
+VISBACKENDS = Registry('vis_backend', parent=MMENGINE_VISBACKENDS, locations=['ifnd.engine'])
+LOG_PROCESSORS = Registry('log_processor', parent=MMENGINE_LOG_PROCESSORS, locations=['ifnd.engine'])

@@ -1,0 +1,35 @@
+from setuptools import find_packages, setup
+
+with open('README.md', encoding='utf-8') as f:
+    long_description = f.read()
+
+setup(
+    name='ifnd',
+    version='0.1.0',
+    description='Self-supervised contrastive learning with Incremental False Negative Detection',
+    long_description=long_description,
+    long_description_content_type='text/markdown',
+    license='Apache-2.0',
+    packages=find_packages(include=['ifnd', 'ifnd.*']),
+    python_requires='>=3.10',
+    # Loose ranges of what the code needs; requirements/constraints.txt pins the tested set.
+    install_requires=[
+        'torch>=2.1',
+        'torchvision>=0.16',
+        'mmengine>=0.10,<0.11',
+        'mmcv-lite>=2.0',
+        'timm>=0.9',
+        'numpy>=1.24',
+        'scikit-learn>=1.3',
+        'pillow>=9',
+        'tensorboard>=2.12',
+        'matplotlib>=3.7',
+        'pycocotools>=2.0.6',
+        'faiss-cpu>=1.7.4; platform_system != "Windows"',
+    ],
+    extras_require={
+        # faiss on the GPU: install instead of faiss-cpu (pip uninstall faiss-cpu first).
+        'faiss-gpu': ['faiss-gpu>=1.7.4'],
+        'tests': ['pytest>=7'],
+    },
+)

@@ -1,0 +1,42 @@
+"""Tiny configs on scikit-learn's digits for real, short Runner runs."""
+import copy
+import os.path as osp
+
+from mmengine.config import Config
+
+CONFIG_DIR = osp.join(osp.dirname(__file__), '..', 'configs')
+TINY_BACKBONE = dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True,
+                     channels=(8, 16, 32, 64))
+TINY_NECK = dict(type='MLPNeck', hidden_dim=64, out_dim=32, num_layers=2)
+
+
+def digits_config(work_dir: str, model: dict, max_epochs: int = 2, pseudo_labels: dict | None = None,
+                  knn: bool = False, batch_size: int = 64, **overrides) -> Config:
+    """A complete training config on digits with a tiny ResNet; hooks as asked."""
+    base = Config.fromfile(osp.join(CONFIG_DIR, '_base_', 'datasets', 'digits.py'))
+    runtime = Config.fromfile(osp.join(CONFIG_DIR, '_base_', 'default_runtime.py'))
+    cfg = Config(dict(runtime.to_dict()))
+    model = dict(backbone=copy.deepcopy(TINY_BACKBONE), neck=copy.deepcopy(TINY_NECK),
+                 data_preprocessor=dict(type='ContrastiveDataPreprocessor', mean=base.mean,
+                                        std=base.std), **model)
+    hooks = []
+    if pseudo_labels is not None:
+        hooks.append(dict(type='PseudoLabelHook', pipeline=base.eval_pipeline, batch_size=128,
+                          num_workers=0, **pseudo_labels))
+    if knn:
+        hooks.append(dict(type='KNNEvalHook', val_dataset=base.val_dataset,
+                          pipeline=base.eval_pipeline, interval=1, batch_size=128, num_workers=0,
+                          eval_at_start=True))
+    train_dataloader = copy.deepcopy(base.train_dataloader.to_dict())
+    train_dataloader['batch_size'] = batch_size
+    cfg.merge_from_dict(dict(
+        work_dir=work_dir, model=model, train_dataloader=train_dataloader,
+        optim_wrapper=dict(type='OptimWrapper',
+                           optimizer=dict(type='SGD', lr=0.05, momentum=0.9, weight_decay=1e-4)),
+        train_cfg=dict(type='EpochBasedTrainLoop', max_epochs=max_epochs),
+        default_hooks=dict(logger=dict(interval=1), checkpoint=dict(interval=1, max_keep_ckpts=5)),
+        custom_hooks=hooks, vis_backends=[dict(type='LocalVisBackend')],
+        visualizer=dict(type='Visualizer', vis_backends=[dict(type='LocalVisBackend')]),
+        env_cfg=dict(cudnn_benchmark=False, dist_cfg=dict(backend='gloo')),
+        log_level='WARNING', **overrides))
+    return cfg

@@ -1,0 +1,109 @@
+"""Every config in the tree builds: its model, its data sets (on generated data) and its hooks."""
+import glob
+import os.path as osp
+
+import pytest
+import torchvision.datasets.cifar as tv_cifar
+from fake_data import fake_cifar, fake_fmnist, rgb_image
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from ifnd.registry import DATASETS, HOOKS, MODELS
+
+CONFIG_DIR = osp.join(osp.dirname(__file__), '..', 'configs')
+CONFIGS = sorted(f for f in glob.glob(osp.join(CONFIG_DIR, '**', '*.py'), recursive=True)
+                 if '_base_' not in f)
+
+
+@pytest.fixture(scope='module')
+def data_roots(tmp_path_factory):
+    """Generated stand-ins for each data set's on-disk layout."""
+    root = tmp_path_factory.mktemp('data')
+    for split in ('train', 'val'):
+        for c, wnid in enumerate(('n01440764', 'n01443537')):
+            folder = root / 'imagenet' / split / wnid
+            folder.mkdir(parents=True)
+            for i in range(2):
+                rgb_image(10 * c + i, (40, 30)).save(folder / f'{wnid}_{i}.JPEG')
+    fake_cifar(root / 'cifar10', num_classes=10)
+    fake_cifar(root / 'cifar100', num_classes=100)
+    fake_fmnist(root / 'fmnist')
+    return {'ImageNet': root / 'imagenet', 'CIFAR10': root / 'cifar10',
+            'CIFAR100': root / 'cifar100', 'FashionMNIST': root / 'fmnist'}
+
+
+def _build_dataset(cfg: dict, data_roots: dict):
+    cfg = dict(cfg)
+    if cfg['type'] in data_roots:
+        cfg['data_root'] = str(data_roots[cfg['type']])
+    dataset = DATASETS.build(cfg)
+    item = dataset[0]
+    assert set(item) == {'inputs', 'index', 'label'}
+    return dataset, item
+
+
+def test_all_configs_are_found():
+    names = {osp.relpath(f, CONFIG_DIR) for f in CONFIGS}
+    for required in ('ifnd_r50_200e_in1k.py', 'simclr/simclr_r18_200e_fmnist.py',
+                     'simclr/simclr_r50_1000e_cifar10.py', 'simclr/simclr_r50_1000e_cifar100.py',
+                     'mocov2/mocov2_r50_200e_in1k.py', 'ifnd/ifnd_r50_1000e_cifar10.py',
+                     'ifnd/ifnd_r50_1000e_cifar100.py', 'ifnd/ifnd_r18_200e_fmnist.py',
+                     'ifnd/pcl_r50_1000e_cifar100.py', 'ifnd/supcon_r50_1000e_cifar100.py'):
+        assert required in names
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=lambda p: osp.relpath(p, CONFIG_DIR))
+def test_config_builds(path, data_roots, monkeypatch):
+    # Generated CIFAR files cannot match torchvision's md5 sums.
+    monkeypatch.setattr(tv_cifar, 'check_integrity', lambda p, md5=None: osp.isfile(p))
+    cfg = Config.fromfile(path)
+    assert cfg.default_scope == 'ifnd'
+    init_default_scope('ifnd')
+    model = MODELS.build(cfg.model)
+    assert model.temperature > 0
+    train_set, item = _build_dataset(cfg.train_dataloader.dataset, data_roots)
+    assert len(item['inputs']) == 2, 'training pipelines give two views'
+    for hook_cfg in cfg.get('custom_hooks', []):
+        hook = HOOKS.build(hook_cfg)
+        if hook_cfg['type'] == 'KNNEvalHook':
+            _, val_item = _build_dataset(hook_cfg['val_dataset'], data_roots)
+            assert len(val_item['inputs']) == 1, 'evaluation uses the deterministic eval view'
+        if hook_cfg['type'] == 'PseudoLabelHook':
+            assert hasattr(model, 'label_bank'), 'the hook needs an algorithm with pseudo labels'
+            assert hook.pipeline is not None
+    for name in ('optim_wrapper', 'param_scheduler', 'train_cfg', 'default_hooks'):
+        assert name in cfg, f'{path} lacks {name}'
+
+
+def test_paper_recipes():
+    """The recipes of the paper's appendix, as written in DESIGN.md section 2."""
+    in1k = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd_r50_200e_in1k.py'))
+    assert in1k.model.type == 'IFNDMoCo' and in1k.model.loss_mode == 'elim'
+    assert in1k.model.queue_len == 65536 and in1k.model.temperature == 0.2
+    assert in1k.model.neck.num_layers == 3 and in1k.model.neck.out_dim == 128
+    assert in1k.optim_wrapper.optimizer.lr == 0.03 and in1k.optim_wrapper.optimizer.weight_decay == 1e-4
+    assert in1k.param_scheduler[0].milestones == [120, 160] and in1k.train_cfg.max_epochs == 200
+    assert in1k.train_dataloader.batch_size * 8 == 256
+    hook = in1k.custom_hooks[0]
+    assert hook.num_clusters == [1000, 3000, 10000] and hook.interval == 1
+    assert hook.scheme == 'linear' and hook.final_rate == 1.0
+
+    c100 = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r50_1000e_cifar100.py'))
+    assert c100.model.type == 'IFND' and c100.model.temperature == 0.5
+    assert c100.model.backbone.cifar_stem
+    assert c100.optim_wrapper.optimizer.lr == 0.5 and c100.train_cfg.max_epochs == 1000
+    assert c100.param_scheduler[0].end == 10 and c100.param_scheduler[1].type == 'CosineAnnealingLR'
+    assert c100.train_dataloader.batch_size * 8 == 1024
+    assert c100.custom_hooks[0].num_clusters == [100, 300, 1000] and c100.custom_hooks[0].interval == 20
+    c10 = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r50_1000e_cifar10.py'))
+    assert c10.custom_hooks[0].num_clusters == [10, 30, 100]
+
+
+def test_ablations_through_cfg_options():
+    """The strategy-table ablations documented as --cfg-options reach the hook."""
+    cfg = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r50_1000e_cifar100.py'))
+    cfg.merge_from_dict({'custom_hooks.0.scheme': 'step', 'custom_hooks.0.step_epoch': 100,
+                         'custom_hooks.0.final_rate': 0.5}, allow_list_keys=True)
+    init_default_scope('ifnd')
+    hook = HOOKS.build(cfg.custom_hooks[0])
+    assert (hook.scheme, hook.step_epoch, hook.final_rate) == ('step', 100, 0.5)

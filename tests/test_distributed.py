@@ -1,0 +1,100 @@
+"""Two gloo processes give the same pseudo labels, loss and gradients as one process."""
+import os
+import socket
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from helpers import TINY_BACKBONE, TINY_NECK
+from mmengine.logging import MMLogger
+from mmengine.registry import init_default_scope
+
+from ifnd.registry import HOOKS, MODELS
+
+WORLD_SIZE = 2
+GLOBAL_BATCH = 8
+DIGITS = dict(type='Digits', split='train', subset_fraction=0.2)
+EVAL_VIEW = dict(type='EvalView', size=16)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _build(model_type: str) -> torch.nn.Module:
+    init_default_scope('ifnd')
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type=model_type, temperature=0.5, backbone=TINY_BACKBONE, neck=TINY_NECK))
+    # BN in eval mode normalises each sample alone, so shards and the whole batch agree exactly;
+    # what is compared is the cross-process gathering of the contrastive loss.
+    return model.eval()
+
+
+def _batch() -> tuple[list[torch.Tensor], dict]:
+    gen = torch.Generator().manual_seed(1)
+    views = [torch.rand(GLOBAL_BATCH, 3, 16, 16, generator=gen) for _ in range(2)]
+    index = torch.randperm(269, generator=gen)[:GLOBAL_BATCH]
+    return views, {'index': index, 'label': torch.zeros(GLOBAL_BATCH, dtype=torch.long)}
+
+
+def _pseudo_label_round(model: torch.nn.Module, work_dir: str) -> torch.Tensor:
+    hook = HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5, 10], scheme='constant',
+                            final_rate=0.6, dataset=DIGITS, pipeline=EVAL_VIEW, batch_size=32,
+                            num_workers=0, kmeans=dict(niter=10, nredo=1), save_labels=False))
+    runner = types.SimpleNamespace(
+        model=model, max_epochs=10, work_dir=work_dir, logger=MMLogger.get_instance('ifnd-test'),
+        visualizer=types.SimpleNamespace(add_scalars=lambda *args, **kwargs: None))
+    model.label_bank.reset(2, 269)
+    hook.run_round(runner, 1)
+    return model.label_bank.labels.clone()
+
+
+def _loss_and_grads(model, views, samples) -> tuple[float, dict]:
+    model.zero_grad()
+    loss = model.loss(views, samples)['loss']
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=WORLD_SIZE)
+    try:
+        model = _build(model_type)
+        labels = _pseudo_label_round(model, out_dir) if model_type == 'IFND' else None
+        views, samples = _batch()
+        shard = slice(rank * GLOBAL_BATCH // WORLD_SIZE, (rank + 1) * GLOBAL_BATCH // WORLD_SIZE)
+        loss, grads = _loss_and_grads(model, [v[shard] for v in views],
+                                      {k: v[shard] for k, v in samples.items()})
+        # What DDP does: average the losses and the gradients over the processes.
+        dist.all_reduce(loss)
+        for grad in grads.values():
+            dist.all_reduce(grad)
+        if rank == 0:
+            torch.save({'loss': loss / WORLD_SIZE, 'labels': labels,
+                        'grads': {k: g / WORLD_SIZE for k, g in grads.items()}},
+                       os.path.join(out_dir, 'dist.pt'))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('model_type', ['SimCLR', 'IFND'])
+def test_two_processes_match_one(tmp_path, model_type):
+    mp.spawn(_worker, args=(_free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    got = torch.load(tmp_path / 'dist.pt', weights_only=True)
+
+    model = _build(model_type)
+    if model_type == 'IFND':
+        labels = _pseudo_label_round(model, str(tmp_path))
+        torch.testing.assert_close(got['labels'], labels, rtol=0, atol=0)
+        assert (labels >= 0).float().mean().item() == pytest.approx(0.6, abs=0.01)
+    loss, grads = _loss_and_grads(model, *_batch())
+    torch.testing.assert_close(got['loss'], loss, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == got['grads'].keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(got['grads'][name], grad, rtol=1e-4, atol=1e-6, msg=name)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Train on a SLURM cluster with one task per GPU.
+# Usage: tools/slurm_train.sh PARTITION JOB_NAME CONFIG [train.py args]
+# Environment: GPUS (total, default 8), GPUS_PER_NODE (default 8), CPUS_PER_TASK (default 5),
+# SRUN_ARGS (extra srun arguments).
+set -euo pipefail
+PARTITION=$1
+JOB_NAME=$2
+CONFIG=$3
+GPUS=${GPUS:-8}
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+CPUS_PER_TASK=${CPUS_PER_TASK:-5}
+SRUN_ARGS=${SRUN_ARGS:-""}
+cd "$(dirname "$0")/.."
+PYTHONPATH="$(pwd):${PYTHONPATH:-}" exec srun -p "$PARTITION" --job-name="$JOB_NAME" \
+    --gres=gpu:"$GPUS_PER_NODE" --ntasks="$GPUS" --ntasks-per-node="$GPUS_PER_NODE" \
+    --cpus-per-task="$CPUS_PER_TASK" --kill-on-bad-exit=1 $SRUN_ARGS \
+    python -u tools/train.py "$CONFIG" --launcher slurm "${@:4}"

@@ -1,0 +1,74 @@
+"""Train a model from a config: one process (CPU or one GPU) or one process per GPU."""
+import argparse
+import os
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+from ifnd.registry import RUNNERS
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(description='Train a contrastive model from a config.')
+    parser.add_argument('config', help='config file, e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
+    parser.add_argument('--work-dir', help='folder for logs and checkpoints '
+                        '(default: work_dirs/<config name>)')
+    parser.add_argument('--resume', nargs='?', type=str, const='auto',
+                        help='resume from CKPT, or from the latest checkpoint in the work dir '
+                        'when no path is given')
+    parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config keys, e.g. train_cfg.max_epochs=10 '
+                        'custom_hooks.0.scheme=step')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher (pytorch = torchrun)')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    """The config with the command line applied."""
+    if not osp.isfile(args.config):
+        raise SystemExit(f'Config file not found: {args.config}. Configs live under configs/, '
+                         'e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
+            raise SystemExit(f'--amp needs optim_wrapper.type OptimWrapper, '
+                             f'the config has {cfg.optim_wrapper.type}')
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        if not osp.isfile(args.resume):
+            raise SystemExit(f'Checkpoint to resume from not found: {args.resume}')
+        cfg.resume = True
+        cfg.load_from = args.resume
+    return cfg
+
+
+def main() -> None:
+    """Build the runner and train."""
+    cfg = build_config(parse_args())
+    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    runner.train()
+    last = osp.join(runner.work_dir, f'epoch_{runner.epoch}.pth')
+    if osp.isfile(last):
+        runner.logger.info(f'Checkpoint: {osp.abspath(last)}')
+
+
+if __name__ == '__main__':
+    main()
