@@ -207,3 +207,18 @@ def test_label_bank_needs_the_hook():
     _, ifnd = _tiny_pair()
     with pytest.raises(RuntimeError, match='PseudoLabelHook'):
         ifnd.loss([torch.rand(4, 3, 16, 16)] * 2, {'index': torch.arange(4)})
+
+
+def test_pcl_trains_with_prototypes_and_its_concentration(tmp_path):
+    torch.manual_seed(0)
+    cfg = digits_config(str(tmp_path), dict(type='PCL', temperature=0.5), max_epochs=1,
+                        pseudo_labels=dict(num_clusters=[10, 20], scheme='constant',
+                                           confidence='pcl', kmeans=dict(nredo=1, niter=10)))
+    runner = _train(cfg)
+    proto = np.asarray(runner.message_hub.get_scalar('train/loss_proto').data[0])
+    assert (proto > 0).all(), 'the prototype term is active from the first (constant) round'
+    bank = runner.model.label_bank
+    assert bank.num_clusters.tolist() == [10, 20]
+    assert bank.centroids.shape == (2, 20, 32) and (bank.concentration[0, :10] > 0).all()
+    rounds = json.load(open(tmp_path / 'pseudo_labels' / 'rounds.json'))
+    assert rounds[0]['levels'][0]['accept_rate'] == 1.0

@@ -90,8 +90,9 @@ class ContrastiveAlgorithm(BaseModel):
     def __init__(self, backbone: dict, neck: dict, temperature: float, loss_mode: str = 'inst',
                  label_source: str = 'none', data_preprocessor: dict | None = None,
                  init_cfg: dict | None = None) -> None:
-        super().__init__(data_preprocessor=data_preprocessor or dict(type='ContrastiveDataPreprocessor'),
-                         init_cfg=init_cfg)
+        # Built here, in this scope, so the model also builds without init_default_scope('ifnd').
+        data_preprocessor = MODELS.build(data_preprocessor or dict(type='ContrastiveDataPreprocessor'))
+        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
         if label_source not in LABEL_SOURCES:
             raise ValueError(f'label_source must be one of {LABEL_SOURCES}, got {label_source!r}')
         if label_source == 'none' and loss_mode != 'inst':
@@ -195,9 +196,10 @@ class SimCLR(ContrastiveAlgorithm):
                 anchor_labels = labels.repeat(1, 2)
             else:
                 candidate_labels = None
-        per_anchor = contrastive_loss_from_candidates(
-            torch.cat([z1, z2]), candidates, positive_index, self_index, anchor_labels,
-            candidate_labels, self.temperature, self.loss_mode)
+        with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
+            per_anchor = contrastive_loss_from_candidates(
+                torch.cat([z1, z2]), candidates, positive_index, self_index, anchor_labels,
+                candidate_labels, self.temperature, self.loss_mode)
         return {'loss': per_anchor.mean(), **self._diagnostics(labels)}
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
@@ -251,7 +253,9 @@ class PCL(SimCLR):
         ks = bank.num_clusters.tolist()
         centroids = [bank.centroids[level, :k] for level, k in enumerate(ks)]
         concentration = [bank.concentration[level, :k] for level, k in enumerate(ks)]
-        proto = proto_nce_loss(torch.cat([z1, z2]), centroids, assignments.repeat(1, 2), concentration)
+        with torch.autocast(z1.device.type, enabled=False):
+            proto = proto_nce_loss(torch.cat([z1, z2]), centroids, assignments.repeat(1, 2),
+                                   concentration)
         losses['loss_proto'] = self.proto_weight * proto
         return losses
 
@@ -353,8 +357,9 @@ class MoCoV2(ContrastiveAlgorithm):
         self._momentum_update()
         k = self._shuffled_keys(inputs[1])
         labels = self.batch_labels(data_samples)
-        loss = queue_contrastive_loss(q, k, self.queue.clone(), labels, self.queue_labels(),
-                                      self.temperature, self.loss_mode)
+        with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
+            loss = queue_contrastive_loss(q, k, self.queue.clone(), labels, self.queue_labels(),
+                                          self.temperature, self.loss_mode)
         index = data_samples.get('index')
         if index is None:
             index = torch.full((k.shape[0],), -1, dtype=torch.long, device=k.device)

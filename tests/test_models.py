@@ -1,0 +1,137 @@
+"""Backbones, necks, the data preprocessor, MoCo's queue and key encoder, the label bank."""
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import TINY_BACKBONE, TINY_NECK
+from mmengine.registry import init_default_scope
+
+from ifnd.registry import MODELS
+
+REPO = osp.join(osp.dirname(__file__), '..')
+
+
+@pytest.fixture(autouse=True)
+def scope():
+    init_default_scope('ifnd')
+
+
+@pytest.mark.parametrize('cfg,size,dim', [
+    (dict(model_name='resnet18', cifar_stem=True, channels=(8, 16, 32, 64)), 32, 64),
+    (dict(model_name='resnet18', channels=(8, 16, 32, 64)), 64, 64),
+    (dict(model_name='vit_tiny_patch16_224', img_size=32, patch_size=8), 32, 192),
+], ids=['resnet-cifar-stem', 'resnet', 'vit'])
+def test_timm_backbones_give_pooled_features(cfg, size, dim):
+    backbone = MODELS.build(dict(type='TimmBackbone', **cfg))
+    assert backbone.out_dim == dim
+    assert backbone(torch.rand(2, 3, size, size)).shape == (2, dim)
+
+
+def test_cifar_stem_keeps_resolution():
+    backbone = MODELS.build(dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True))
+    assert backbone.model.conv1.kernel_size == (3, 3) and backbone.model.conv1.stride == (1, 1)
+    assert isinstance(backbone.model.maxpool, torch.nn.Identity)
+
+
+def test_backbone_errors_name_the_fix():
+    with pytest.raises(ValueError, match="no model named 'resnet_typo'"):
+        MODELS.build(dict(type='TimmBackbone', model_name='resnet_typo'))
+    with pytest.raises(ValueError, match='cifar_stem=True needs a ResNet'):
+        MODELS.build(dict(type='TimmBackbone', model_name='vit_tiny_patch16_224', cifar_stem=True))
+
+
+@pytest.mark.parametrize('layers', [2, 3])
+def test_mlp_neck(layers):
+    neck = MODELS.build(dict(type='MLPNeck', in_dim=16, hidden_dim=32, out_dim=128, num_layers=layers))
+    linears = [m for m in neck.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == layers and linears[-1].out_features == 128
+    assert neck(torch.rand(4, 16)).shape == (4, 128)
+
+
+def test_data_preprocessor_normalises_each_view():
+    pre = MODELS.build(dict(type='ContrastiveDataPreprocessor', mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)))
+    views = [torch.full((2, 3, 4, 4), 0.75), torch.zeros(2, 3, 4, 4)]
+    out = pre({'inputs': views, 'index': torch.tensor([3, 4]), 'label': torch.tensor([0, 1])})
+    assert torch.allclose(out['inputs'][0], torch.ones(2, 3, 4, 4))
+    assert torch.allclose(out['inputs'][1], torch.full((2, 3, 4, 4), -2.0))
+    assert out['data_samples']['index'].tolist() == [3, 4]
+
+
+def _moco(**kw):
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type='IFNDMoCo', backbone=TINY_BACKBONE, neck=TINY_NECK, queue_len=10,
+                              momentum=0.9, **kw))
+    model.init_weights()
+    return model
+
+
+def test_moco_key_encoder_starts_equal_and_follows_by_ema():
+    model = _moco()
+    for q, k in zip(model._query_params(), model._key_params()):
+        assert torch.equal(q, k) and not k.requires_grad
+    with torch.no_grad():
+        for q in model._query_params():
+            q.add_(1.0)
+    before = [k.clone() for k in model._key_params()]
+    model._momentum_update()
+    for q, k, k0 in zip(model._query_params(), model._key_params(), before):
+        torch.testing.assert_close(k, 0.9 * k0 + 0.1 * q)
+
+
+def test_moco_queue_wraps_and_records_sample_indices():
+    model = _moco()
+    keys = torch.nn.functional.normalize(torch.rand(6, 32), dim=1)
+    model._enqueue(keys, torch.arange(6))
+    model._enqueue(keys, torch.arange(10, 16))
+    # 12 keys into a queue of 10: the last two overwrite slots 0 and 1.
+    assert model.queue_index.tolist() == [14, 15, 2, 3, 4, 5, 10, 11, 12, 13]
+    assert int(model.queue_ptr) == 2
+    torch.testing.assert_close(model.queue[0], keys[4])
+
+
+def test_moco_queue_labels_come_from_the_bank_and_never_match_for_empty_slots():
+    model = _moco()
+    model.label_bank.reset(2, 20)
+    model.label_bank.update(torch.arange(40).view(2, 20) % 3)
+    model.queue_index[:4] = torch.tensor([0, 1, 2, 3])
+    labels = model.queue_labels()
+    assert labels[:, :4].tolist() == [[0, 1, 2, 0], [2, 0, 1, 2]]
+    empty = labels[:, 4:]
+    assert (empty < -20).all() and empty[0].unique().numel() == 6
+
+
+def test_shuffled_key_batches_are_unshuffled():
+    model = _moco(bn_splits=4)
+    model.eval()  # BN on running statistics: the chunking must not change any key
+    x = torch.rand(8, 3, 16, 16)
+    torch.testing.assert_close(model._shuffled_keys(x), model._key_embed(x))
+    model.train()
+    assert model._shuffled_keys(torch.rand(3, 3, 16, 16)).shape == (3, 32)  # fewer images than splits
+
+
+def test_label_bank_adopts_the_stored_size():
+    src = _moco()
+    src.label_bank.reset(3, 50)
+    dst = _moco()
+    dst.load_state_dict(src.state_dict(), strict=True)
+    assert dst.label_bank.labels.shape == (3, 50)
+    assert torch.equal(dst.label_bank.labels, src.label_bank.labels)
+    with pytest.raises(IndexError, match='another dataset'):
+        dst.label_bank.lookup(torch.tensor([60]))
+
+
+def test_loss_mode_needs_labels():
+    with pytest.raises(ValueError, match="label_source='pseudo'"):
+        MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK, loss_mode='elim'))
+
+
+def test_issue_command_builds_the_imagenet_moco_without_imports():
+    code = ("from mmengine import Config; from ifnd.registry import MODELS; "
+            "m = MODELS.build(Config.fromfile('configs/mocov2/mocov2_r50_200e_in1k.py').model); "
+            "print(type(m).__name__, m.queue.shape[0])")
+    out = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ['MoCoV2', '65536']
