@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import statistics
 import sys
 import time
@@ -26,6 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from ifnd.clustering import accept_labels, confidence, multi_level_kmeans
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
+from common import HelpFormatter, describe_device, resolve_device, synchronize  # noqa: E402
 
 
 def available_backends() -> list[str]:
@@ -46,15 +49,6 @@ def parse_ks(text: str) -> list[int]:
     if not ks or min(ks) < 1:
         raise argparse.ArgumentTypeError(f'expected positive cluster counts, got {text!r}')
     return ks
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except unset ones and those the help text already explains."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or 'default' in (action.help or ''):
-            return action.help or ''
-        return super()._get_help_string(action)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -107,24 +101,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def resolve_device(name: str) -> torch.device:
-    """The device to run on: CUDA when available for 'auto'."""
-    if name == 'auto':
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    device = torch.device(name)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was asked for but CUDA is not available')
-    return device
-
-
-def describe_device(device: torch.device) -> str:
-    """Human-readable name of the device, with the CPU thread counts."""
-    if device.type == 'cuda':
-        return f'CUDA: {torch.cuda.get_device_name(device)}'
-    cpu = platform.processor() or platform.machine()
-    return f'CPU: {cpu}, {torch.get_num_threads()} torch threads'
-
-
 def faiss_note() -> str:
     """Where faiss runs: its GPU build or the CPU, with its thread count."""
     try:
@@ -135,12 +111,6 @@ def faiss_note() -> str:
     if gpus > 0:
         return f'faiss {faiss.__version__}: {gpus} GPU(s)'
     return f'faiss {faiss.__version__}: CPU, {faiss.omp_get_max_threads()} threads'
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued kernels, so wall-clock time covers the whole stage."""
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
 
 
 def clustering_round(feats: torch.Tensor, ks: Sequence[int], backend: str, args: argparse.Namespace,

@@ -67,14 +67,8 @@ PRESETS = {
                 warmup_epochs=None, num_workers=None),
 }
 
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except unset ones and those the help text already explains."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or 'default' in (action.help or ''):
-            return action.help or ''
-        return super()._get_help_string(action)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
+from common import HelpFormatter  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
+import os
 import statistics
 import sys
 import time
@@ -33,14 +33,8 @@ from mmengine.registry import init_default_scope
 
 PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo')}
 
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except unset ones and those the help text already explains."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or 'default' in (action.help or ''):
-            return action.help or ''
-        return super()._get_help_string(action)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
+from common import HelpFormatter, describe_device, resolve_device, synchronize  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -91,30 +85,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.batch_size > args.num_samples:
         parser.error('--batch-size cannot exceed --num-samples')
     return args
-
-
-def resolve_device(name: str) -> torch.device:
-    """The device to run on: CUDA when available for 'auto'."""
-    if name == 'auto':
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    device = torch.device(name)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was asked for but CUDA is not available')
-    return device
-
-
-def describe_device(device: torch.device) -> str:
-    """Human-readable name of the device, with the CPU thread count."""
-    if device.type == 'cuda':
-        return f'CUDA: {torch.cuda.get_device_name(device)}'
-    cpu = platform.processor() or platform.machine()
-    return f'CPU: {cpu}, {torch.get_num_threads()} torch threads'
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued kernels, so wall-clock time covers the whole step."""
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
 
 
 def realistic_labels(num_clusters: Sequence[int], num_samples: int, accepted: float,

@@ -1,8 +1,5 @@
 """Tests for ifnd.datasets: item format, on-disk readers, subsets, error messages and view transforms."""
-import gzip
 import os
-import pickle
-import struct
 
 import numpy as np
 import pytest
