@@ -26,7 +26,10 @@ setup(
         'matplotlib>=3.7',
         'pycocotools>=2.0.6',
         'faiss-cpu>=1.7.4; platform_system != "Windows"',
+        'pyyaml>=5.4',
+        'tqdm>=4.60',
     ],
+    entry_points={'console_scripts': ['ifnd-zoo=ifnd.zoo:main']},
     extras_require={
         # faiss on the GPU: install instead of faiss-cpu (pip uninstall faiss-cpu first).
         'faiss-gpu': ['faiss-gpu>=1.7.4'],

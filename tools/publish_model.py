@@ -1,0 +1,91 @@
+"""Publish a training checkpoint to the model zoo: strip training state, name by hash, index it."""
+import argparse
+import hashlib
+import io
+import os
+import os.path as osp
+
+import torch
+import yaml
+from mmengine.config import Config
+
+from ifnd.engine import AtomicLocalBackend
+from ifnd.models.encoder import load_checkpoint_file
+from ifnd.zoo import INDEX_PATH
+
+# What loading needs; the optimiser, schedulers and message hub are training state.
+KEPT_META = ('cfg', 'epoch', 'iter', 'seed', 'mmengine_version', 'experiment_name')
+GIT_LIMIT = 5 * 2**20
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('checkpoint', help='a checkpoint written by tools/train.py')
+    parser.add_argument('--name', required=True, help='zoo name, e.g. ifnd_r18_200e_fmnist')
+    parser.add_argument('--config', help='the config that trained it (repository path)')
+    parser.add_argument('--reproduce', required=True, help='the command that reproduces the file')
+    parser.add_argument('--description', default='', help='a sentence on the model')
+    parser.add_argument('--metric', nargs=3, action='append', default=[],
+                        metavar=('NAME', 'VALUE', 'COMMAND'),
+                        help='a measured result and the command that measured it (repeatable)')
+    parser.add_argument('--url', action='append', default=[], help='a download URL (repeatable)')
+    parser.add_argument('--out-dir', default='work_dirs/published', help='where the file goes')
+    parser.add_argument('--index', default=INDEX_PATH, help='the zoo index to update')
+    return parser.parse_args()
+
+
+def strip_checkpoint(checkpoint: dict) -> dict:
+    """Weights and the plain metadata loading needs, without any training state."""
+    meta = {k: v for k, v in (checkpoint.get('meta') or {}).items() if k in KEPT_META}
+    return {'state_dict': {k: v.clone() for k, v in checkpoint['state_dict'].items()}, 'meta': meta}
+
+
+def describe(cfg: Config) -> dict:
+    """Algorithm, backbone, data set and epochs as the config gives them."""
+    backbone = cfg.model.backbone
+    name = backbone.model_name + ('-cifar-stem' if backbone.get('cifar_stem') else '')
+    if backbone.get('channels'):
+        name += '-' + 'x'.join(str(c) for c in backbone.channels)
+    return {'algorithm': cfg.model.type, 'backbone': name,
+            'dataset': cfg.train_dataloader.dataset.type, 'epochs': cfg.train_cfg.max_epochs}
+
+
+def main() -> None:
+    """Write the stripped file and its index entry."""
+    args = parse_args()
+    published = strip_checkpoint(load_checkpoint_file(args.checkpoint))
+    if not isinstance(published['meta'].get('cfg'), str):
+        raise SystemExit(f'{args.checkpoint} carries no training config; publish checkpoints '
+                         'written by tools/train.py')
+    buffer = io.BytesIO()
+    torch.save(published, buffer)
+    data = buffer.getvalue()
+    sha = hashlib.sha256(data).hexdigest()
+    file_name = f'{args.name}_{sha[:8]}.pth'
+    path = osp.join(args.out_dir, file_name)
+    AtomicLocalBackend().put(data, path)
+    torch.load(path, map_location='cpu', weights_only=True)  # what users will do must work
+
+    cfg = Config.fromstring(published['meta']['cfg'], '.py')
+    entry = {'name': args.name, **describe(cfg),
+             'config': args.config or '', 'description': args.description,
+             'metrics': [{'name': n, 'value': float(v), 'command': c} for n, v, c in args.metric],
+             'file': file_name, 'size': len(data), 'sha256': sha, 'urls': args.url,
+             'reproduce': args.reproduce}
+    index = {'models': []}
+    if osp.isfile(args.index):
+        with open(args.index, encoding='utf-8') as f:
+            index = yaml.safe_load(f) or {'models': []}
+    index['models'] = [m for m in index['models'] if m['name'] != args.name] + [entry]
+    index['models'].sort(key=lambda m: m['name'])
+    AtomicLocalBackend().put_text(yaml.safe_dump(index, sort_keys=False, allow_unicode=True),
+                                  args.index)
+    print(f'wrote {path} ({len(data) / 2**20:.1f} MiB, sha256 {sha})')
+    print(f'updated {args.index}; regenerate the table with: python tools/zoo.py readme')
+    if len(data) > GIT_LIMIT:
+        print('the file is over 5 MB: host it on a release or mirror, not in git')
+
+
+if __name__ == '__main__':
+    main()
