@@ -60,6 +60,12 @@ def test_config_builds(path, data_roots, monkeypatch):
     assert cfg.default_scope == 'ifnd'
     init_default_scope('ifnd')
     model = MODELS.build(cfg.model)
+    if cfg.model.type == 'ImageClassifier':
+        # Downstream evaluation (configs/benchmarks): one labelled view and a val loop instead of
+        # two views and a contrastive loss. Its data sets (Places205 lists, SimCLR's subset files)
+        # are generated and built in tests/test_linear_semi.py.
+        assert cfg.val_evaluator.type == 'Accuracy' and 'val_cfg' in cfg and 'test_cfg' in cfg
+        return
     assert model.temperature > 0
     train_set, item = _build_dataset(cfg.train_dataloader.dataset, data_roots)
     assert len(item['inputs']) == 2, 'training pipelines give two views'

@@ -10,3 +10,6 @@ __all__ = [
     'CorruptImageError', 'balanced_subset_indices', 'read_idx', 'IMG_EXTENSIONS', 'FASHION_MNIST_CLASSES',
     'ContrastiveView', 'SimCLRView', 'MoCoV2View', 'MultiView', 'EvalView', 'build_pipeline', 'to_float_tensor',
 ]
+from .voc import VOC07, VOC_CLASSES  # noqa: E402
+
+__all__ += ['VOC07', 'VOC_CLASSES']

@@ -1,5 +1,6 @@
 """Runner hooks: online kNN evaluation and pseudo-label assignment."""
 from .knn_hook import KNNEvalHook
 from .pseudo_label_hook import PseudoLabelHook
+from .eval_hooks import FrozenBackboneCheckHook, state_fingerprint
 
-__all__ = ['KNNEvalHook', 'PseudoLabelHook']
+__all__ = ['KNNEvalHook', 'PseudoLabelHook', 'FrozenBackboneCheckHook', 'state_fingerprint']

@@ -5,9 +5,11 @@ from .data_preprocessor import ContrastiveDataPreprocessor
 from .encoder import Encoder, load_backbone_weights, load_encoder
 from .losses import contrastive_loss, masked_info_nce, proto_nce_loss, queue_contrastive_loss
 from .necks import MLPNeck
+from .classifier import ImageClassifier
 
 __all__ = [
     'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'PCL', 'MoCoV2', 'IFNDMoCo', 'PseudoLabelBank',
     'TimmBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss', 'masked_info_nce',
     'queue_contrastive_loss', 'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
+    'ImageClassifier',
 ]

@@ -39,6 +39,13 @@ class TimmBackbone(BaseModule):
         self.model.conv1 = nn.Conv2d(conv1.in_channels, conv1.out_channels, 3, 1, 1, bias=False)
         self.model.maxpool = nn.Identity()
 
+    def init_weights(self) -> None:
+        """Keep the weights timm made (random or pretrained) unless an ``init_cfg`` asks otherwise."""
+        # mmengine's runner calls init_weights() on every module; timm's own init_weights() would
+        # re-draw the weights and silently discard pretrained ones.
+        if self.init_cfg:
+            super().init_weights()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled features of a batch of images."""
         return self.model(x)

@@ -1,0 +1,139 @@
+"""Clustering quality of pre-trained representations: k-means NMI, as in the paper's table.
+
+For each checkpoint, the training set (from its config, under the eval transform) is encoded,
+k-means with k = number of classes runs ``--runs`` times with different seeds, and the NMI
+against the ground truth is reported as mean ± std (percent) in a Markdown table.
+
+    python tools/analysis/cluster_table.py work_dirs/a/epoch_8.pth work_dirs/b/epoch_8.pth \\
+        --names SimCLR IFND --out table.md
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+import time
+
+import torch
+
+from ifnd.engine.features import extract_features
+from ifnd.evaluation.analysis import (analysis_dataset, cluster_quality_table, default_num_workers,
+                                      format_percent, load_feature_model)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(
+        description='k-means (k = number of classes) on the training-set features of each '
+                    'checkpoint, several seeds; NMI mean ± std as a Markdown table.')
+    parser.add_argument('checkpoints', nargs='+', metavar='CKPT',
+                        help='training checkpoints (or backbone files with --config)')
+    parser.add_argument('--out', help='also write the Markdown table to this file')
+    parser.add_argument('--names', nargs='+',
+                        help='row names (default: folder/file of each checkpoint)')
+    parser.add_argument('--feature', choices=('f', 'z'), default='f',
+                        help="'f': backbone features (any checkpoint; default), 'z': projection "
+                        'output (training checkpoints only)')
+    parser.add_argument('--runs', type=int, default=5, help='k-means runs, seeds seed..seed+runs-1 '
+                        '(default: 5)')
+    parser.add_argument('--seed', type=int, default=0, help='first k-means seed (default: 0)')
+    parser.add_argument('--num-classes', type=int,
+                        help="k (default: the data set's number of classes)")
+    parser.add_argument('--kmeans-backend', choices=('auto', 'faiss', 'torch'), default='auto',
+                        help='k-means implementation (default: faiss when installed)')
+    parser.add_argument('--config', help="take the data set from this config instead of the "
+                        "checkpoints' own")
+    parser.add_argument('--data-root', help="override the data set's data_root")
+    parser.add_argument('--model-name',
+                        help='timm backbone name, for files that carry no model config')
+    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
+                        help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
+    parser.add_argument('--batch-size', type=int, default=256,
+                        help='extraction batch (default: 256)')
+    parser.add_argument('--num-workers', type=int, default=default_num_workers(),
+                        help='data loading workers')
+    parser.add_argument('--device', default='auto',
+                        help="'auto' (CUDA when available), 'cpu', 'cuda'")
+    args = parser.parse_args(argv)
+    if args.names is not None and len(args.names) != len(args.checkpoints):
+        parser.error(f'--names gives {len(args.names)} names for {len(args.checkpoints)} '
+                     'checkpoints')
+    if args.runs < 1 or (args.num_classes is not None and args.num_classes < 2):
+        parser.error('--runs must be >= 1 and --num-classes >= 2')
+    return args
+
+
+def default_name(path: str) -> str:
+    """``run_folder/file.pth`` of a checkpoint path."""
+    path = osp.abspath(path)
+    return f'{osp.basename(osp.dirname(path))}/{osp.basename(path)}'
+
+
+def device_of(name: str) -> torch.device:
+    """The device to encode on."""
+    if name == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if name.startswith('cuda') and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was asked for but CUDA is not available')
+    return torch.device(name)
+
+
+def evaluate(path: str, args: argparse.Namespace) -> dict:
+    """NMI mean and std of one checkpoint, with what it was measured on."""
+    backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
+    loaded = load_feature_model(path, args.feature, args.config, args.model_name, **backbone_kwargs)
+    dataset = analysis_dataset(loaded.cfg, args.data_root)
+    model = loaded.model.to(device_of(args.device))
+    feats, labels = extract_features(model, dataset, loaded.feature, args.batch_size,
+                                     args.num_workers, desc=f'encoding {type(dataset).__name__}')
+    if len(labels) == 0 or labels.min() < 0:
+        raise SystemExit(f'{path}: the data set has images without labels; NMI needs them all')
+    k = args.num_classes or getattr(dataset, 'num_classes', None) or int(labels.max()) + 1
+    print(f'k-means with k={k} on {len(feats)} {feats.shape[1]}-d features, {args.runs} runs',
+          flush=True)
+    tic = time.perf_counter()
+    mean, std = cluster_quality_table(feats, labels, k, runs=args.runs, seed=args.seed,
+                                      backend=args.kmeans_backend)
+    print(f'NMI {format_percent(mean, std)} % ({time.perf_counter() - tic:.1f} s)', flush=True)
+    split = getattr(dataset, 'split', None)
+    data = f'{type(dataset).__name__}{f" {split}" if split else ""}, {len(dataset)} images'
+    return dict(nmi_mean=mean, nmi_std=std, k=k, data=data, epoch=loaded.meta.get('epoch'),
+                feature=f'{loaded.feature} ({feats.shape[1]}-d)')
+
+
+def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+    """The table, with a line saying how it was measured."""
+    lines = ['| model | epoch | features | data | k | NMI (%) |', '|---|---|---|---|---|---|']
+    for row in rows:
+        epoch = '' if row['epoch'] is None else row['epoch']
+        lines.append(f'| {row["name"]} | {epoch} | {row["feature"]} | {row["data"]} | {row["k"]} | '
+                     f'{format_percent(row["nmi_mean"], row["nmi_std"])} |')
+    last = args.seed + args.runs - 1
+    seeds = f'seeds {args.seed}..{last}' if args.runs > 1 else f'seed {args.seed}'
+    lines += ['', f'k-means with k = number of classes ({args.runs} runs, {seeds}); NMI against '
+              'the ground truth, mean ± sample standard deviation over the runs.']
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Evaluate every checkpoint, print and write the table."""
+    args = parse_args(argv)
+    names = args.names or [default_name(p) for p in args.checkpoints]
+    rows = []
+    for i, (name, path) in enumerate(zip(names, args.checkpoints), 1):
+        print(f'[{i}/{len(names)}] {name}: {path}', flush=True)
+        rows.append(dict(name=name, **evaluate(path, args)))
+    table = markdown(rows, args)
+    print('\n' + table)
+    if args.out:
+        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            f.write(table)
+        print(f'table written to {args.out}')
+    return rows
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except (FileNotFoundError, ValueError) as err:
+        sys.exit(f'error: {err}')

@@ -1,0 +1,90 @@
+"""Write a checkpoint's backbone alone, with the settings needed to rebuild it.
+
+The output is ``{'state_dict': <timm key names>, 'meta': {'model': {'backbone': ...,
+'data_preprocessor': ...}}}``: plain tensors and Python data, so ``torch.load(weights_only=True)``
+and ``ifnd.models.load_encoder(OUT)`` read it without further arguments. The input is anything
+the encoder loader reads (a training checkpoint, a MoCo/PCL checkpoint, torchvision/timm
+weights); external files carry no model config and need ``--model-name`` (and ``--cifar-stem``
+for 28/32-pixel encoders).
+
+    python tools/extract_backbone.py work_dirs/ifnd_r50_200e_in1k/epoch_200.pth ifnd_r50.pth
+    python tools/extract_backbone.py moco_v2_200ep_pretrain.pth.tar moco_r50.pth --model-name resnet50
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import os.path as osp
+
+import torch
+
+from ifnd.engine import AtomicLocalBackend
+from ifnd.models.encoder import (IMAGENET_PREPROCESSOR, checkpoint_model_config, load_checkpoint_file,
+                                 load_encoder)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(description='Save the backbone weights of a checkpoint.')
+    parser.add_argument('checkpoint', help='training checkpoint, MoCo/PCL checkpoint or ResNet weights')
+    parser.add_argument('out', help='output file (.pth)')
+    parser.add_argument('--model-name', default=None,
+                        help='timm model name (e.g. resnet50); needed for files without a model config')
+    parser.add_argument('--cifar-stem', action='store_true', default=None,
+                        help='the encoder uses the 3x3 stride-1 stem without max-pooling (small images)')
+    return parser.parse_args(argv)
+
+
+def backbone_config(checkpoint: dict, model_name: str | None = None, **backbone_kwargs) -> dict:
+    """The ``TimmBackbone`` config of a checkpoint, with explicit settings applied on top."""
+    model_cfg = checkpoint_model_config(checkpoint) or {}
+    backbone = copy.deepcopy(dict(model_cfg.get('backbone') or dict(type='TimmBackbone')))
+    if model_name is not None:
+        backbone['model_name'] = model_name
+    backbone.update(backbone_kwargs)
+    backbone['pretrained'] = False  # the weights come from the checkpoint, never from timm's hub
+    return backbone
+
+
+def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = None,
+                     cifar_stem: bool | None = None) -> dict:
+    """Write the backbone-only file ``out`` atomically and return what was written."""
+    kwargs = {} if cifar_stem is None else {'cifar_stem': cifar_stem}
+    # Building the encoder checks every key and shape against the named backbone.
+    encoder = load_encoder(checkpoint_path, model_name=model_name, **kwargs)
+    checkpoint = load_checkpoint_file(checkpoint_path)
+    model_cfg = checkpoint_model_config(checkpoint) or {}
+    # load_encoder's own default for files without a config: ImageNet mean/std.
+    preprocessor = model_cfg.get('data_preprocessor') or IMAGENET_PREPROCESSOR
+    state = {k: v.detach().clone().contiguous() for k, v in encoder.backbone.model.state_dict().items()}
+    result = {
+        'state_dict': state,
+        'meta': {'model': {'backbone': backbone_config(checkpoint, model_name, **kwargs),
+                           'data_preprocessor': _plain(preprocessor)},
+                 'source': osp.abspath(checkpoint_path)},
+    }
+    buffer = io.BytesIO()
+    torch.save(result, buffer)
+    AtomicLocalBackend().put(buffer.getvalue(), out)
+    return result
+
+
+def _plain(cfg) -> dict:
+    """A config as plain dicts/lists/tuples, which ``weights_only`` loading accepts."""
+    if hasattr(cfg, 'to_dict'):
+        cfg = cfg.to_dict()
+    return copy.deepcopy(dict(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Extract and report."""
+    args = parse_args(argv)
+    result = extract_backbone(args.checkpoint, args.out, args.model_name, args.cifar_stem)
+    backbone = result['meta']['model']['backbone']
+    print(f"{args.out}: {len(result['state_dict'])} tensors of {backbone.get('model_name')} "
+          f"(cifar_stem={backbone.get('cifar_stem', False)})")
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,151 @@
+"""Offline weighted kNN of a pre-trained backbone on a labelled data set (top-1 for several k).
+
+The data come from a training config: by default the one the checkpoint carries, else
+``--config FILE`` or ``--dataset NAME`` (``configs/_base_/datasets/NAME.py``). The bank is its
+training split (the whole split: subset keys are dropped), the queries its kNN hook's
+``val_dataset`` (or the config's ``val_dataset``), both under its eval transform.
+"""
+import argparse
+import copy
+import json
+import os
+import os.path as osp
+
+import torch
+from mmengine.config import Config, DictAction
+
+from ifnd.engine import build_eval_dataset, extract_features
+from ifnd.evaluation import knn_accuracy
+from ifnd.models.encoder import load_checkpoint_file, load_encoder
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DATASET_CONFIG_DIR = osp.join(REPO, 'configs', '_base_', 'datasets')
+DATASETS = ('digits', 'fmnist', 'cifar10', 'cifar100', 'imagenet')
+SUBSET_KEYS = ('subset_fraction', 'subset_file', 'subset_seed')
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(
+        description='Weighted cosine kNN (InstDisc/DINO protocol) on frozen, L2-normalised backbone '
+                    "features: the training split is the bank, the validation split the queries.")
+    parser.add_argument('checkpoint', help='training checkpoint, backbone file, or MoCo/PCL/torchvision/timm '
+                        'state dict')
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument('--config', help="a training or dataset config giving the data (default: the "
+                        "checkpoint's own training config)")
+    source.add_argument('--dataset', choices=DATASETS, help='shorthand for --config '
+                        'configs/_base_/datasets/NAME.py')
+    parser.add_argument('--data-root', help='override data_root of both splits')
+    parser.add_argument('--k', type=int, nargs='+', default=[20, 200],
+                        help='neighbour counts (default: 20 200)')
+    parser.add_argument('--temperature', type=float, default=0.07,
+                        help='vote weight exp(sim / T) (default: 0.07)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                        help='override the data settings, e.g. val_dataset.split=val pipeline.size=224 '
+                        'train_dataset.subset_fraction=0.1')
+    parser.add_argument('--model-name', help='timm backbone name, for checkpoints that carry no model config')
+    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
+                        help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
+    parser.add_argument('--batch-size', type=int, default=256, help='feature extraction batch (default: 256)')
+    parser.add_argument('--num-workers', type=int, default=4, help='data loading workers (default: 4)')
+    parser.add_argument('--device', default='auto', help="'auto' (CUDA when available), 'cpu' or 'cuda'")
+    parser.add_argument('--out', help='write the results as JSON to this file')
+    return parser.parse_args(argv)
+
+
+def source_config(args: argparse.Namespace) -> tuple[Config, str]:
+    """The config that describes the data, and where it came from."""
+    path = args.config or (osp.join(DATASET_CONFIG_DIR, f'{args.dataset}.py') if args.dataset else None)
+    if path is not None:
+        if not osp.isfile(path):
+            raise SystemExit(f'Config file not found: {path}')
+        return Config.fromfile(path), path
+    meta = load_checkpoint_file(args.checkpoint).get('meta') or {}
+    if not isinstance(meta.get('cfg'), str):
+        raise SystemExit(f'{args.checkpoint} carries no training config: give the data with --config FILE '
+                         f'or --dataset {{{",".join(DATASETS)}}}')
+    return Config.fromstring(meta['cfg'], '.py'), 'checkpoint config'
+
+
+def data_settings(cfg: Config) -> dict:
+    """Bank and query data sets and the eval transform of a training or dataset config."""
+    hook = next((h for h in cfg.get('custom_hooks') or [] if 'val_dataset' in h), None) \
+        or cfg.get('knn_hook') or {}
+    train = hook.get('train_dataset') or (cfg.get('train_dataloader') or {}).get('dataset')
+    val = hook.get('val_dataset') or cfg.get('val_dataset')
+    pipeline = hook.get('pipeline') or cfg.get('eval_pipeline') or (val or {}).get('pipeline')
+    missing = [name for name, value in (('training data set (train_dataloader.dataset)', train),
+                                        ('validation data set (val_dataset)', val),
+                                        ('eval transform (eval_pipeline)', pipeline)) if not value]
+    if missing:
+        raise SystemExit(f'The config gives no {", no ".join(missing)}; use --config with a config that '
+                         'has them, or --cfg-options')
+    train = copy.deepcopy(dict(train))
+    for key in SUBSET_KEYS:  # the kNN protocol's bank is the whole labelled training split
+        train.pop(key, None)
+    return dict(train_dataset=train, val_dataset=copy.deepcopy(dict(val)), pipeline=copy.deepcopy(pipeline))
+
+
+def _device(name: str) -> torch.device:
+    if name == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    device = torch.device(name)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda was asked for but CUDA is not available')
+    return device
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Extract bank and query features, run kNN for every k, print and save the results."""
+    args = parse_args(argv)
+    cfg, source = source_config(args)
+    settings = Config(data_settings(cfg))
+    if args.data_root is not None:
+        for key in ('train_dataset', 'val_dataset'):
+            if 'data_root' not in settings[key]:
+                raise SystemExit(f'--data-root: {settings[key].type} takes no data_root')
+            settings[key].data_root = args.data_root
+    settings.merge_from_dict(args.cfg_options)
+    settings = settings.to_dict()
+    bank_set = build_eval_dataset(settings['train_dataset'], settings['pipeline'])
+    query_set = build_eval_dataset(settings['val_dataset'], settings['pipeline'])
+    bad_k = [k for k in args.k if not 1 <= k <= len(bank_set)]
+    if bad_k or args.temperature <= 0:
+        raise SystemExit(f'--k must lie in [1, {len(bank_set)}] (the bank size) and --temperature be '
+                         f'positive; got k {bad_k or args.k}, T {args.temperature}')
+
+    device = _device(args.device)
+    backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
+    encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
+    kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers)
+    bank, bank_labels = extract_features(encoder, bank_set, desc='kNN bank', **kwargs)
+    query, query_labels = extract_features(encoder, query_set, desc='kNN queries', **kwargs)
+    if min(bank_labels.min(), query_labels.min()) < 0:
+        raise SystemExit('kNN needs labelled data, but some images have no label (-1)')
+    num_classes = int(max(bank_labels.max(), query_labels.max())) + 1
+    top1 = {k: knn_accuracy(bank.to(device), bank_labels, query, query_labels, num_classes, k=k,
+                            temperature=args.temperature) for k in args.k}
+
+    bank_name, query_name = type(bank_set).__name__, type(query_set).__name__
+    print(f'\nWeighted kNN (cosine, T={args.temperature:g}, {bank.shape[1]}-d backbone features): '
+          f'{bank_name} {settings["train_dataset"].get("split", "")} bank of {len(bank_set)}, '
+          f'{query_name} {settings["val_dataset"].get("split", "")} queries {len(query_set)}, '
+          f'{num_classes} classes')
+    print('| k | top-1 (%) |\n|---|---|')
+    for k, acc in top1.items():
+        print(f'| {k} | {acc:.2f} |')
+    result = dict(checkpoint=osp.abspath(args.checkpoint), data_config=source, **settings,
+                  num_bank=len(bank_set), num_queries=len(query_set), num_classes=num_classes,
+                  feature_dim=int(bank.shape[1]), temperature=args.temperature,
+                  top1={str(k): acc for k, acc in top1.items()})
+    if args.out:
+        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            json.dump(result, f, indent=2)
+        print(f'Results written to {args.out}')
+    return result
+
+
+if __name__ == '__main__':
+    main()
