@@ -4,6 +4,10 @@ import platform
 
 import torch
 
+from ifnd.engine.cli import resolve_device
+
+__all__ = ['HelpFormatter', 'describe_device', 'resolve_device', 'synchronize']
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows defaults, except unset ones and those the help text already explains."""
@@ -12,16 +16,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default in (None, False) or 'default' in (action.help or ''):
             return action.help or ''
         return super()._get_help_string(action)
-
-
-def resolve_device(name: str) -> torch.device:
-    """The device to run on: CUDA when available for 'auto'."""
-    if name == 'auto':
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    device = torch.device(name)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was asked for but CUDA is not available')
-    return device
 
 
 def describe_device(device: torch.device) -> str:

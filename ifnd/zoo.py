@@ -203,7 +203,7 @@ def render_readme(index_path: str | None = None) -> str:
         lines += [f'## {e["name"]}', '', e.get('description', '').strip(), '',
                   f'- config: `{e["config"]}`',
                   f'- reproduce: `{e["reproduce"]}`',
-                  f'- download: ' + (', '.join(e.get('urls') or []) or
+                  '- download: ' + (', '.join(e.get('urls') or []) or
                                      'no public URL yet: serve the file from a mirror '
                                      '(`IFND_ZOO_URL`)')]
         lines += [f'- {m["name"]} = {m["value"]}, measured with `{m["command"]}`'

@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 import yaml
-from helpers import TINY_BACKBONE, TINY_NECK, digits_config
+from helpers import digits_config
 from mmengine.registry import init_default_scope
 
 from ifnd import zoo

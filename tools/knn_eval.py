@@ -7,14 +7,12 @@ training split (the whole split: subset keys are dropped), the queries its kNN h
 """
 import argparse
 import copy
-import json
-import os
 import os.path as osp
 
-import torch
 from mmengine.config import Config, DictAction
 
 from ifnd.engine import build_eval_dataset, extract_features
+from ifnd.engine.cli import resolve_device, write_json
 from ifnd.evaluation import knn_accuracy
 from ifnd.models.encoder import load_checkpoint_file, load_encoder
 
@@ -87,15 +85,6 @@ def data_settings(cfg: Config) -> dict:
     return dict(train_dataset=train, val_dataset=copy.deepcopy(dict(val)), pipeline=copy.deepcopy(pipeline))
 
 
-def _device(name: str) -> torch.device:
-    if name == 'auto':
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    device = torch.device(name)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was asked for but CUDA is not available')
-    return device
-
-
 def main(argv: list[str] | None = None) -> dict:
     """Extract bank and query features, run kNN for every k, print and save the results."""
     args = parse_args(argv)
@@ -115,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f'--k must lie in [1, {len(bank_set)}] (the bank size) and --temperature be '
                          f'positive; got k {bad_k or args.k}, T {args.temperature}')
 
-    device = _device(args.device)
+    device = resolve_device(args.device)
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
     kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers)
@@ -140,10 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
                   feature_dim=int(bank.shape[1]), temperature=args.temperature,
                   top1={str(k): acc for k, acc in top1.items()})
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=2)
-        print(f'Results written to {args.out}')
+        write_json(result, args.out)
     return result
 
 

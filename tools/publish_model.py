@@ -2,7 +2,6 @@
 import argparse
 import hashlib
 import io
-import os
 import os.path as osp
 
 import torch

@@ -1,14 +1,12 @@
 """VOC07 transfer: per-class linear SVMs on a pre-trained backbone's frozen features (test mAP)."""
 import argparse
-import json
-import os
 import os.path as osp
 import time
 
-import torch
 
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
+from ifnd.engine.cli import resolve_device, write_json
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
 from ifnd.models.encoder import load_encoder
 
@@ -45,15 +43,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _device(name: str) -> torch.device:
-    if name == 'auto':
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    device = torch.device(name)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was asked for but CUDA is not available')
-    return device
-
-
 def print_tables(result: dict, per_class: bool) -> None:
     """Markdown tables of the test mAP under each AP definition (and per class when asked)."""
     defs = list(AP_DEFINITIONS)
@@ -78,7 +67,7 @@ def print_tables(result: dict, per_class: bool) -> None:
 def main(argv: list[str] | None = None) -> dict:
     """Extract features, train and test the SVMs, print and save the results."""
     args = parse_args(argv)
-    device = _device(args.device)
+    device = resolve_device(args.device)
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
     pipeline = EvalView(args.size, args.resize)
@@ -108,10 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     if result['not_converged']:
         print(f'note: {result["not_converged"]} SVM fits stopped at the iteration limit (large costs)')
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=2)
-        print(f'Results written to {args.out}')
+        write_json(result, args.out)
     return result
 
 
