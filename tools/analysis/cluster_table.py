@@ -13,8 +13,7 @@ import os.path as osp
 import sys
 import time
 
-import torch
-
+from ifnd.engine.cli import resolve_device
 from ifnd.engine.features import extract_features
 from ifnd.evaluation.analysis import (analysis_dataset, cluster_quality_table, default_num_workers,
                                       format_percent, load_feature_model)
@@ -68,21 +67,12 @@ def default_name(path: str) -> str:
     return f'{osp.basename(osp.dirname(path))}/{osp.basename(path)}'
 
 
-def device_of(name: str) -> torch.device:
-    """The device to encode on."""
-    if name == 'auto':
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    if name.startswith('cuda') and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was asked for but CUDA is not available')
-    return torch.device(name)
-
-
 def evaluate(path: str, args: argparse.Namespace) -> dict:
     """NMI mean and std of one checkpoint, with what it was measured on."""
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     loaded = load_feature_model(path, args.feature, args.config, args.model_name, **backbone_kwargs)
     dataset = analysis_dataset(loaded.cfg, args.data_root)
-    model = loaded.model.to(device_of(args.device))
+    model = loaded.model.to(resolve_device(args.device))
     feats, labels = extract_features(model, dataset, loaded.feature, args.batch_size,
                                      args.num_workers, desc=f'encoding {type(dataset).__name__}')
     if len(labels) == 0 or labels.min() < 0:

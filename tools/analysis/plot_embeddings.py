@@ -22,10 +22,10 @@ import matplotlib
 matplotlib.use('Agg')  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 
+from ifnd.engine.cli import resolve_device  # noqa: E402
 from ifnd.engine.features import extract_features  # noqa: E402
 from ifnd.evaluation.analysis import (  # noqa: E402
     analysis_dataset, default_num_workers, find_hook, load_feature_model, match_clusters_to_classes,
@@ -78,15 +78,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error('--num-points must be >= 4, --tsne-iter >= 250, --ncols >= 1, --level >= 0, '
                      '--threads >= 1')
     return args
-
-
-def device_of(name: str) -> torch.device:
-    """The device to encode on."""
-    if name == 'auto':
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    if name.startswith('cuda') and not torch.cuda.is_available():
-        raise SystemExit('--device cuda was asked for but CUDA is not available')
-    return torch.device(name)
 
 
 def palette(num: int) -> list:
@@ -208,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
                              f'{args.level} does not exist')
         rounds.append(rnd)
     indices = sample_indices(num, args.num_points, args.seed)
-    model = loaded.model.to(device_of(args.device))
+    model = loaded.model.to(resolve_device(args.device))
     feats, truth = extract_features(model, Subset(dataset, indices.tolist()), loaded.feature,
                                     args.batch_size, args.num_workers,
                                     desc=f'encoding a sample of {type(dataset).__name__}')

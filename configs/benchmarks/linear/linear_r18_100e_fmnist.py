@@ -6,48 +6,16 @@
 #          --cfg-options model.pretrained=work_dirs/ifnd_r18_200e_fmnist/epoch_200.pth
 # For the demo's encoder (tools/demo.py) add its backbone settings:
 #          model.backbone.cifar_stem=False "model.backbone.channels=(32,64,128,256)"
-_base_ = ['../../_base_/datasets/fmnist.py', '../../_base_/default_runtime.py']
+_base_ = ['./linear_r50_100e_cifar10.py']
+
+data_root = '/usr/share/datasets/fashion-mnist'
+data = dict(type='FashionMNIST', data_root=data_root)
 
 model = dict(
-    type='ImageClassifier',
-    # Must match the pre-training config's backbone; the loader refuses mismatched weights.
-    backbone=dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True),
-    num_classes=10,
-    pretrained=None,  # --cfg-options model.pretrained=CKPT
-    frozen=True,
-    head_norm=False,
-    data_preprocessor=dict(type='ContrastiveDataPreprocessor', mean={{_base_.mean}},
-                           std={{_base_.std}}),
+    backbone=dict(model_name='resnet18'),
+    data_preprocessor=dict(mean=(0.2860, 0.2860, 0.2860), std=(0.3530, 0.3530, 0.3530)),
 )
-
-train_pipeline = dict(type='ContrastiveView', size=28, scale=(0.2, 1.0), jitter_p=0.0,
-                      grayscale_p=0.0, flip=True)
-train_dataloader = dict(
-    batch_size=512,
-    drop_last=False,
-    dataset=dict(pipeline=dict(_delete_=True, **train_pipeline)),
-)
-val_dataloader = dict(
-    batch_size=512,
-    num_workers=2,
-    persistent_workers=True,
-    drop_last=False,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='default_collate'),
-    dataset={{_base_.val_dataset}},
-)
-val_evaluator = dict(type='Accuracy', topk=(1, 5))
-val_cfg = dict()
+train_dataloader = dict(num_workers=2, dataset=dict(**data, pipeline=dict(size=28)))
+val_dataloader = dict(num_workers=2, dataset=dict(**data, pipeline=dict(size=28)))
 test_dataloader = val_dataloader
-test_evaluator = val_evaluator
-test_cfg = dict()
-
-optim_wrapper = dict(type='OptimWrapper',
-                     optimizer=dict(type='SGD', lr=1.0, momentum=0.9, weight_decay=0.0))
-param_scheduler = [dict(type='MultiStepLR', by_epoch=True, milestones=[60, 75, 90], gamma=0.2)]
-train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=100, val_interval=10)
-auto_scale_lr = dict(base_batch_size=512, enable=False)
 default_hooks = dict(checkpoint=dict(interval=20))
-
-# The backbone's weights and BN buffers are fingerprinted before training; any change fails the run.
-custom_hooks = [dict(type='FrozenBackboneCheckHook')]
