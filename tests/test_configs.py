@@ -8,7 +8,8 @@ from fake_data import fake_cifar, fake_fmnist, rgb_image
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from ifnd.registry import DATASETS, HOOKS, MODELS
+from ifnd.datasets import make_shapes_coco
+from ifnd.registry import DATASETS, HOOKS, METRICS, MODELS
 
 CONFIG_DIR = osp.join(osp.dirname(__file__), '..', 'configs')
 CONFIGS = sorted(f for f in glob.glob(osp.join(CONFIG_DIR, '**', '*.py'), recursive=True)
@@ -28,7 +29,8 @@ def data_roots(tmp_path_factory):
     fake_cifar(root / 'cifar10', num_classes=10)
     fake_cifar(root / 'cifar100', num_classes=100)
     fake_fmnist(root / 'fmnist')
-    return {'ImageNet': root / 'imagenet', 'CIFAR10': root / 'cifar10',
+    make_shapes_coco(str(root / 'coco'), num_train=2, num_val=1, image_size=64)
+    return {'CocoInstances': root / 'coco', 'ImageNet': root / 'imagenet', 'CIFAR10': root / 'cifar10',
             'CIFAR100': root / 'cifar100', 'FashionMNIST': root / 'fmnist'}
 
 
@@ -65,6 +67,17 @@ def test_config_builds(path, data_roots, monkeypatch):
         # two views and a contrastive loss. Its data sets (Places205 lists, SimCLR's subset files)
         # are generated and built in tests/test_linear_semi.py.
         assert cfg.val_evaluator.type == 'Accuracy' and 'val_cfg' in cfg and 'test_cfg' in cfg
+        return
+    if cfg.model.type == 'MaskRCNN':
+        # COCO transfer (configs/benchmarks/coco): detection data, COCOeval metric, iteration loop.
+        coco_root = str(data_roots['CocoInstances'])
+        for section in ('train_dataloader', 'val_dataloader'):
+            dataset = DATASETS.build(dict(cfg[section].dataset, data_root=coco_root))
+            assert len(dataset) > 0 and 'data_samples' in dataset[0]
+        METRICS.build(dict(cfg.val_evaluator, data_root=coco_root))
+        for hook_cfg in cfg.get('custom_hooks', []):
+            HOOKS.build(hook_cfg)
+        assert cfg.train_cfg.type == 'IterBasedTrainLoop' and cfg.param_scheduler
         return
     assert model.temperature > 0
     train_set, item = _build_dataset(cfg.train_dataloader.dataset, data_roots)

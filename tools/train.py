@@ -6,6 +6,7 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
+from ifnd.engine.cli import runner_config
 from ifnd.registry import RUNNERS
 
 
@@ -32,32 +33,8 @@ def parse_args() -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     """The config with the command line applied."""
-    if not osp.isfile(args.config):
-        raise SystemExit(f'Config file not found: {args.config}. Configs live under configs/, '
-                         'e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(args.config))[0])
-    if args.amp:
-        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
-            raise SystemExit(f'--amp needs optim_wrapper.type OptimWrapper, '
-                             f'the config has {cfg.optim_wrapper.type}')
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
-    if args.resume == 'auto':
-        cfg.resume = True
-        cfg.load_from = None
-    elif args.resume is not None:
-        if not osp.isfile(args.resume):
-            raise SystemExit(f'Checkpoint to resume from not found: {args.resume}')
-        cfg.resume = True
-        cfg.load_from = args.resume
-    return cfg
+    return runner_config(args.config, args.work_dir, args.resume, args.amp, args.cfg_options,
+                         args.launcher)
 
 
 def main() -> None:

@@ -168,17 +168,18 @@ class ContrastiveDataset(Dataset):
                 f'pipeline={self.pipeline})')
 
 
-def _load_image_file(path: str) -> Image.Image:
+def load_rgb_image(path: str, listed_in: str = 'the list file') -> Image.Image:
+    """An image file decoded as RGB, with errors that name the file and the fix."""
     try:
         with Image.open(path) as img:
             img.load()  # decode now, so a truncated file fails here with its name, not inside a transform
             return img.convert('RGB')
     except FileNotFoundError:
-        raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of the "
-                                'list file') from None
+        raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of "
+                                f'{listed_in}') from None
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise CorruptImageError(f"Cannot read image '{path}' ({e}); remove or replace the file, or leave it "
-                                'out of the list file') from e
+                                f'out of {listed_in}') from e
 
 
 @DATASETS.register_module()
@@ -277,7 +278,7 @@ class ImageFolder(ContrastiveDataset):
         return osp.join(self.data_root, self._names_arr[int(self.indices[i])].decode())
 
     def _read_image(self, j: int) -> Image.Image:
-        return _load_image_file(osp.join(self.data_root, self._names_arr[j].decode()))
+        return load_rgb_image(osp.join(self.data_root, self._names_arr[j].decode()))
 
 
 @DATASETS.register_module()

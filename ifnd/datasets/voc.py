@@ -7,7 +7,7 @@ import numpy as np
 from PIL import Image
 
 from ifnd.registry import DATASETS
-from .datasets import ContrastiveDataset, _load_image_file
+from .datasets import ContrastiveDataset, load_rgb_image
 from .transforms import PipelineCfg
 
 VOC_CLASSES = ('aeroplane', 'bicycle', 'bird', 'boat', 'bottle', 'bus', 'car', 'cat', 'chair', 'cow',
@@ -110,4 +110,4 @@ class VOC07(ContrastiveDataset):
         return osp.join(self.image_dir, self._ids_arr[int(self.indices[i])].decode() + '.jpg')
 
     def _read_image(self, j: int) -> Image.Image:
-        return _load_image_file(osp.join(self.image_dir, self._ids_arr[j].decode() + '.jpg'))
+        return load_rgb_image(osp.join(self.image_dir, self._ids_arr[j].decode() + '.jpg'))

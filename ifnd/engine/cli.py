@@ -1,9 +1,10 @@
-"""Helpers shared by the command-line tools: device choice and JSON results."""
+"""Helpers shared by the command-line tools: device choice, JSON results, Runner configs."""
 import json
 import os
 import os.path as osp
 
 import torch
+from mmengine.config import Config
 
 
 def resolve_device(name: str) -> torch.device:
@@ -22,3 +23,39 @@ def write_json(result: dict, path: str) -> None:
     with open(path, 'w') as f:
         json.dump(result, f, indent=2)
     print(f'Results written to {path}')
+
+
+def runner_config(config: str, work_dir: str | None = None, resume: str | None = None,
+                  amp: bool = False, cfg_options: dict | None = None,
+                  launcher: str = 'none') -> Config:
+    """A Runner config from a file with the usual command-line choices applied.
+
+    ``resume`` is a checkpoint path, or ``'auto'`` for the latest checkpoint in the work dir;
+    ``work_dir`` defaults to ``work_dirs/<config name>``.
+    """
+    if not osp.isfile(config):
+        raise SystemExit(f'Config file not found: {config}. Configs live under configs/, '
+                         'e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
+    cfg = Config.fromfile(config)
+    cfg.launcher = launcher
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(config))[0])
+    if amp:
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
+            raise SystemExit(f'--amp needs optim_wrapper.type OptimWrapper, '
+                             f'the config has {cfg.optim_wrapper.type}')
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif resume is not None:
+        if not osp.isfile(resume):
+            raise SystemExit(f'Checkpoint to resume from not found: {resume}')
+        cfg.resume = True
+        cfg.load_from = resume
+    return cfg

@@ -13,3 +13,6 @@ from .analysis import (RoundQuality, analysis_dataset, cluster_quality_table,  #
 
 __all__ += ['RoundQuality', 'analysis_dataset', 'cluster_quality_table', 'load_feature_model',
             'nmi_curve', 'read_round', 'tsne_embedding']
+from .coco import CocoMetric, detections_to_coco, evaluate_coco, format_results_table  # noqa: E402
+
+__all__ += ['CocoMetric', 'detections_to_coco', 'evaluate_coco', 'format_results_table']

@@ -1,9 +1,13 @@
-"""Hooks for downstream evaluation."""
+"""Hooks for downstream evaluation: frozen-backbone checks and precise BN statistics."""
 from __future__ import annotations
 
 import hashlib
+import itertools
+import time
+from collections.abc import Callable, Iterable
 
 import torch
+from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 
 from ifnd.engine.features import unwrap_model
@@ -73,3 +77,70 @@ class FrozenBackboneCheckHook(Hook):
     def after_train(self, runner) -> None:
         """Check once more at the end of training."""
         self.check(runner)
+
+
+def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
+                            forward: Callable[[object], object]) -> int:
+    """Set each training-mode BN layer's running mean/var to the average of its batch statistics.
+
+    ``forward(batch)`` runs the model on one batch (in training mode, without gradients). Averages
+    are also averaged over processes, so plain BN gets the same statistics on every rank. Returns
+    the number of batches used.
+    """
+    layers = [m for m in model.modules()
+              if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training
+              and m.track_running_stats]
+    momenta = [m.momentum for m in layers]
+    for m in layers:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average: running stat = mean of the batch stats seen
+    count = 0
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                forward(batch)
+                count += 1
+    finally:
+        for m, momentum in zip(layers, momenta):
+            m.momentum = momentum
+    if count == 0:
+        raise ValueError('no batches to estimate BN statistics from')
+    for m in layers:
+        all_reduce(m.running_mean, op='mean')
+        all_reduce(m.running_var, op='mean')
+    return count
+
+
+@HOOKS.register_module()
+class PreciseBNHook(Hook):
+    """Re-estimates BN statistics on ``num_iters`` training batches before each evaluation.
+
+    Statistics tracked with momentum during training lag behind the weights; averaging fresh batch
+    statistics of the final weights (detectron2's TEST.PRECISE_BN) gives evaluation the right ones.
+    It runs after the last training iteration (before the final checkpoint is written) and at
+    every validation interval.
+    """
+
+    priority = 'ABOVE_NORMAL'
+
+    def __init__(self, num_iters: int = 200) -> None:
+        if num_iters < 1:
+            raise ValueError(f'num_iters must be >= 1, got {num_iters}')
+        self.num_iters = num_iters
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        """Recompute the statistics at the last iteration and at validation intervals."""
+        val_interval = getattr(runner.train_loop, 'val_interval', 0) or 0
+        if not (self.is_last_train_iter(runner)
+                or (val_interval and self.every_n_train_iters(runner, val_interval))):
+            return
+        model = unwrap_model(runner.model)
+
+        def forward(batch):
+            model(**model.data_preprocessor(batch, True), mode='loss')
+
+        start = time.perf_counter()
+        count = recompute_bn_statistics(model, itertools.islice(iter(runner.train_dataloader),
+                                                                self.num_iters), forward)
+        runner.logger.info(f'Precise BN: statistics from {count} training batches '
+                           f'in {time.perf_counter() - start:.1f} s')

@@ -13,3 +13,6 @@ __all__ = [
     'queue_contrastive_loss', 'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
     'ImageClassifier',
 ]
+from .detection import MaskRCNN  # noqa: E402
+
+__all__ += ['MaskRCNN']

@@ -103,16 +103,18 @@ def checkpoint_model_config(checkpoint: dict) -> dict | None:
 
 
 def load_encoder(path: str, model_name: str | None = None, data_preprocessor: dict | None = None,
-                 **backbone_kwargs) -> Encoder:
+                 default_backbone: dict | None = None, **backbone_kwargs) -> Encoder:
     """An ``Encoder`` with a checkpoint's backbone weights.
 
     The backbone's settings come from the checkpoint when it carries them (our checkpoints do);
     other files (MoCo, torchvision, timm) need ``model_name`` and, for small images,
-    ``cifar_stem=True``. Explicit arguments override what the checkpoint says.
+    ``cifar_stem=True``, or a ``default_backbone`` config to read them as. Explicit arguments
+    override what the checkpoint says.
     """
     checkpoint = load_checkpoint_file(path)
     model_cfg = checkpoint_model_config(checkpoint) or {}
-    backbone = dict(model_cfg.get('backbone') or dict(type='TimmBackbone'))
+    backbone = copy.deepcopy(dict(model_cfg.get('backbone') or default_backbone
+                                  or dict(type='TimmBackbone')))
     if model_name is not None:
         backbone['model_name'] = model_name
     backbone.update(backbone_kwargs)
