@@ -336,6 +336,6 @@ def test_bad_command_lines_say_what_to_do(shapes, tiny_checkpoint, tmp_path):
     fails([tiny_checkpoint, '--detector', 'x.pth'], '--detector is for --eval-only')
     if importlib.util.find_spec('detectron2') is None:
         fails([tiny_checkpoint, '--engine', 'detectron2', '--data-root', shapes],
-              r'detectron2 is not installed.*pip install.*--engine torchvision')
+              r'(?s)detectron2 is not installed.*pip install.*--engine torchvision')
     fails([str(tmp_path / 'missing.pth'), '--engine', 'torchvision', '--config', tiny,
            '--data-root', shapes, '--work-dir', str(tmp_path / 'w2')], 'checkpoint not found')
