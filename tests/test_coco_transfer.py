@@ -334,6 +334,9 @@ def test_bad_command_lines_say_what_to_do(shapes, tiny_checkpoint, tmp_path):
     fails([tiny_checkpoint, '--engine', 'torchvision', '--config',
            'configs/benchmarks/linear/linear_r18_100e_fmnist.py'], 'not a COCO transfer config')
     fails([tiny_checkpoint, '--detector', 'x.pth'], '--detector is for --eval-only')
+    if not torch.cuda.is_available():
+        fails([tiny_checkpoint, '--engine', 'torchvision', '--config', tiny, '--amp'],
+              '--amp needs a GPU')
     if importlib.util.find_spec('detectron2') is None:
         fails([tiny_checkpoint, '--engine', 'detectron2', '--data-root', shapes],
               r'(?s)detectron2 is not installed.*pip install.*--engine torchvision')

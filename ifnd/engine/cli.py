@@ -45,6 +45,9 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(config))[0])
     if amp:
+        if not torch.cuda.is_available():
+            raise SystemExit('--amp needs a GPU (mmengine\'s AmpOptimWrapper trains in mixed '
+                             'precision on GPUs only); leave it out on a CPU')
         if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
             raise SystemExit(f'--amp needs optim_wrapper.type OptimWrapper, '
                              f'the config has {cfg.optim_wrapper.type}')
