@@ -342,3 +342,27 @@ def test_bad_command_lines_say_what_to_do(shapes, tiny_checkpoint, tmp_path):
               r'(?s)detectron2 is not installed.*pip install.*--engine torchvision')
     fails([str(tmp_path / 'missing.pth'), '--engine', 'torchvision', '--config', tiny,
            '--data-root', shapes, '--work-dir', str(tmp_path / 'w2')], 'checkpoint not found')
+
+
+def test_aspect_ratio_batches_never_mix_orientations(tmp_path):
+    from mmengine.dataset import DefaultSampler
+
+    from ifnd.datasets import AspectRatioBatchSampler
+    root = tmp_path / 'mixed'
+    make_shapes_coco(str(root), num_train=9, num_val=1, image_size=64)
+    ann = root / TRAIN_ANN
+    data = json.loads(ann.read_text())
+    for i, image in enumerate(data['images']):
+        if i % 3 == 0:  # portrait per the annotations; the sampler never decodes images
+            image['height'] = 96
+    ann.write_text(json.dumps(data))
+    dataset = CocoInstances(str(root), TRAIN_ANN, 'train2017', train=True)
+    portrait = {i for i in range(len(dataset)) if dataset.is_portrait(i)}
+    assert len(portrait) == 3
+    batches = list(AspectRatioBatchSampler(DefaultSampler(dataset, shuffle=True, seed=1), 2))
+    assert sorted(i for b in batches for i in b) == list(range(len(dataset))), 'each image once'
+    for batch in batches:
+        assert len({i in portrait for i in batch}) == 1, batch
+    assert sum(len(b) == 2 for b in batches) >= 3
+    with pytest.raises(TypeError, match='is_portrait'):
+        AspectRatioBatchSampler(DefaultSampler(list(range(4)), shuffle=False), 2)

@@ -466,6 +466,7 @@ C4_2X_PROTOCOL = {
     'DATASETS.TRAIN': ('ifnd_coco_train',),
     'DATASETS.TEST': ('ifnd_coco_val',),
     'DATALOADER.NUM_WORKERS': 4,
+    'DATALOADER.ASPECT_RATIO_GROUPING': True,
     'SEED': 0,
     'OUTPUT_DIR': 'work_dirs/coco/c4_2x',
 }

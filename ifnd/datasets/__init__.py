@@ -13,6 +13,6 @@ __all__ = [
 from .voc import VOC07, VOC_CLASSES  # noqa: E402
 
 __all__ += ['VOC07', 'VOC_CLASSES']
-from .coco import CocoInstances, make_shapes_coco  # noqa: E402
+from .coco import AspectRatioBatchSampler, CocoInstances, make_shapes_coco  # noqa: E402
 
-__all__ += ['CocoInstances', 'make_shapes_coco']
+__all__ += ['AspectRatioBatchSampler', 'CocoInstances', 'make_shapes_coco']

@@ -12,12 +12,12 @@ import torch
 from mmengine.structures import InstanceData
 from PIL import Image, ImageDraw
 from pycocotools import mask as mask_util
-from torch.utils.data import Dataset
+from torch.utils.data import BatchSampler, Dataset, Sampler
 from torchvision import tv_tensors
 from torchvision.datasets import CocoDetection, wrap_dataset_for_transforms_v2
 from torchvision.transforms import v2
 
-from ifnd.registry import DATASETS
+from ifnd.registry import DATA_SAMPLERS, DATASETS
 
 from .datasets import load_rgb_image
 
@@ -74,6 +74,11 @@ class CocoInstances(Dataset):
     def __len__(self) -> int:
         return len(self.coco.ids)
 
+    def is_portrait(self, index: int) -> bool:
+        """Whether image ``index`` is taller than wide (from the annotations, no decoding)."""
+        info = self.coco.coco.imgs[self.coco.ids[index]]
+        return info['height'] > info['width']
+
     def __getitem__(self, index: int) -> dict:
         image_id = self.coco.ids[index]
         if not self.train:
@@ -91,6 +96,37 @@ class CocoInstances(Dataset):
                               labels=target['labels'],
                               masks=target['masks'].as_subclass(torch.Tensor).to(torch.uint8))
         return {'inputs': image.as_subclass(torch.Tensor), 'data_samples': sample}
+
+
+@DATA_SAMPLERS.register_module()
+class AspectRatioBatchSampler(BatchSampler):
+    """Batches of landscape images or of portrait images, never mixed (detectron2's grouping).
+
+    A batch is padded to its largest image, so grouping by orientation saves most of the padding.
+    The dataset must answer ``is_portrait(index)`` (``CocoInstances`` does). Works with finite and
+    infinite samplers; a finite one's leftovers form smaller last batches unless ``drop_last``.
+    """
+
+    def __init__(self, sampler: Sampler, batch_size: int, drop_last: bool = False) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        dataset = getattr(sampler, 'dataset', None)
+        if not hasattr(dataset, 'is_portrait'):
+            raise TypeError('AspectRatioBatchSampler needs a sampler over a data set with '
+                            f'is_portrait(index), such as CocoInstances; got {type(dataset).__name__}')
+        self.dataset = dataset
+
+    def __iter__(self):
+        buckets: tuple[list[int], list[int]] = ([], [])
+        for index in self.sampler:
+            bucket = buckets[self.dataset.is_portrait(index)]
+            bucket.append(index)
+            if len(bucket) == self.batch_size:
+                yield bucket[:]
+                bucket.clear()
+        if not self.drop_last:
+            for bucket in buckets:
+                if bucket:
+                    yield bucket
 
 
 def make_shapes_coco(root: str, num_train: int = 16, num_val: int = 8, image_size: int = 128,

@@ -539,6 +539,10 @@ def _data_options(cfg: dict) -> dict[str, object]:
                                f"{dataset.get('type')!r}")
         _check_keys(dataset, {'type', 'data_root', 'ann_file', 'img_dir', 'train', 'flip_prob'},
                     f'{section}.dataset')
+    batch_sampler = (cfg['train_dataloader'].get('batch_sampler') or {}).get('type')
+    if batch_sampler not in (None, 'AspectRatioBatchSampler'):
+        raise _unsupported(f'train_dataloader.batch_sampler {batch_sampler!r}: detectron2 groups '
+                           'by aspect ratio or not at all')
     flip = cfg['train_dataloader']['dataset'].get('flip_prob', 0.5)
     if flip not in (0, 0.5):
         raise _unsupported(f'flip_prob {flip}: detectron2 flips with probability 0.5 or never')
@@ -549,6 +553,7 @@ def _data_options(cfg: dict) -> dict[str, object]:
         'DATASETS.TRAIN': (TRAIN_DATASET,),
         'DATASETS.TEST': (VAL_DATASET,),
         'DATALOADER.NUM_WORKERS': int(cfg['train_dataloader'].get('num_workers', 0)),
+        'DATALOADER.ASPECT_RATIO_GROUPING': batch_sampler == 'AspectRatioBatchSampler',
         'SEED': -1 if seed is None else int(seed),
         'CUDNN_BENCHMARK': bool((cfg.get('env_cfg') or {}).get('cudnn_benchmark', False)),
     }

@@ -47,6 +47,8 @@ train_dataloader = dict(
     num_workers=4,
     persistent_workers=True,
     sampler=dict(type='InfiniteSampler', shuffle=True),
+    # Landscape and portrait images in separate batches: less padding (detectron2's grouping).
+    batch_sampler=dict(type='AspectRatioBatchSampler'),
     collate_fn=dict(type='pseudo_collate'),
     dataset=dict(type='CocoInstances', data_root=data_root,
                  ann_file='annotations/instances_train2017.json', img_dir='train2017', train=True),
