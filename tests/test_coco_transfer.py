@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
-from pycocotools import mask as mask_util
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 

@@ -26,12 +26,11 @@ from mmengine.dist import get_rank
 from mmengine.runner import find_latest_checkpoint
 
 from ifnd.engine.cli import runner_config
-from ifnd.evaluation.coco import format_results_table
+from ifnd.evaluation.coco import RESULTS_FILE, format_results_table
 from ifnd.registry import RUNNERS
 
 DEFAULT_CONFIG = 'configs/benchmarks/coco/mask_rcnn_r50_c4_2x_coco.py'
 ENGINES = ('detectron2', 'torchvision')
-RESULTS_FILE = 'coco_results.json'
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -30,6 +30,10 @@ SHAPE_CATEGORIES = ({'id': 1, 'name': 'square'}, {'id': 3, 'name': 'triangle'},
 class _CocoImages(CocoDetection):
     """torchvision's COCO reader with errors that name the image file and the fix."""
 
+    def __init__(self, root: str, ann_file: str) -> None:
+        super().__init__(root, ann_file)
+        self.ann_file = ann_file
+
     def _load_image(self, id: int) -> Image.Image:
         path = osp.join(self.root, self.coco.loadImgs(id)[0]['file_name'])
         return load_rgb_image(path, listed_in=f'the annotation file {self.ann_file}')
@@ -56,7 +60,6 @@ class CocoInstances(Dataset):
                     'pass --data-root DIR, or set ann_file/img_dir of the data set in the config')
         with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' loading chatter
             self.coco = _CocoImages(img_root, ann_path)
-        self.coco.ann_file = ann_path
         self.train = train
         self.cat_ids = sorted(self.coco.coco.getCatIds())
         self._label_of = {cat: i + 1 for i, cat in enumerate(self.cat_ids)}

@@ -1,10 +1,11 @@
 """Helpers shared by the command-line tools: device choice, JSON results, Runner configs."""
 import json
-import os
 import os.path as osp
 
 import torch
 from mmengine.config import Config
+
+from ifnd.engine.checkpoint import AtomicLocalBackend
 
 
 def resolve_device(name: str) -> torch.device:
@@ -17,11 +18,9 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def write_json(result: dict, path: str) -> None:
-    """Write a tool's results as JSON, creating the folder, and say where."""
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    with open(path, 'w') as f:
-        json.dump(result, f, indent=2)
+def write_json(result: dict | list, path: str, indent: int | None = 2) -> None:
+    """Write results as JSON atomically (the folder is created), and say where."""
+    AtomicLocalBackend().put_text(json.dumps(result, indent=indent), path)
     print(f'Results written to {path}')
 
 

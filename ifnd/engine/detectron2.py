@@ -33,6 +33,7 @@ from mmengine.config import Config
 
 from ifnd.engine.checkpoint import AtomicLocalBackend
 from ifnd.engine.cli import write_json
+from ifnd.evaluation.coco import RESULTS_FILE
 from ifnd.models.encoder import HEAD_PREFIXES, load_encoder
 
 DETECTRON2_MISSING = (
@@ -49,7 +50,6 @@ VAL_DATASET = 'ifnd_coco_val'
 EXTRA_NORM_HEAD = 'Res5ROIHeadsExtraNorm'
 WEIGHTS_FILE = 'backbone_detectron2.pkl'
 CONFIG_FILE = 'detectron2_config.yaml'
-RESULTS_FILE = 'coco_results.json'
 
 # detectron2 builds exactly these ResNets: (blocks per stage, bottleneck blocks) -> depth.
 RESNET_DEPTHS = {((2, 2, 2, 2), False): 18, ((3, 4, 6, 3), False): 34, ((3, 4, 6, 3), True): 50,

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-import os
 import os.path as osp
 
 import numpy as np
@@ -15,8 +13,12 @@ from pycocotools import mask as mask_util
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from ifnd.engine.cli import write_json
 from ifnd.registry import METRICS
 
+# Written to the work dir by both engines (detections by the torchvision engine only).
+RESULTS_FILE = 'coco_results.json'
+DETECTIONS_FILE = 'coco_detections.json'
 # COCOeval.stats in order, as detectron2 names them.
 STAT_NAMES = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl',
               'AR1', 'AR10', 'AR100', 'ARs', 'ARm', 'ARl')
@@ -120,9 +122,6 @@ class CocoMetric(BaseMetric):
         stats = evaluate_coco(self.coco_gt, results, self.iou_types)
         print_log('\n' + format_results_table(stats, self.title), logger='current')
         if self.output_dir:
-            os.makedirs(self.output_dir, exist_ok=True)
-            with open(osp.join(self.output_dir, 'coco_detections.json'), 'w') as f:
-                json.dump(results, f)
-            with open(osp.join(self.output_dir, 'coco_results.json'), 'w') as f:
-                json.dump(stats, f, indent=2)
+            write_json(results, osp.join(self.output_dir, DETECTIONS_FILE), indent=None)
+            write_json(stats, osp.join(self.output_dir, RESULTS_FILE))
         return {f'{t}_{name}': value for t, values in stats.items() for name, value in values.items()}
