@@ -20,6 +20,7 @@ import os.path as osp
 import torch
 
 from ifnd.engine import AtomicLocalBackend
+from ifnd.engine.cli import add_encoder_arguments
 from ifnd.models.encoder import (IMAGENET_PREPROCESSOR, checkpoint_model_config, load_checkpoint_file,
                                  load_encoder)
 
@@ -29,10 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Save the backbone weights of a checkpoint.')
     parser.add_argument('checkpoint', help='training checkpoint, MoCo/PCL checkpoint or ResNet weights')
     parser.add_argument('out', help='output file (.pth)')
-    parser.add_argument('--model-name', default=None,
-                        help='timm model name (e.g. resnet50); needed for files without a model config')
-    parser.add_argument('--cifar-stem', action='store_true', default=None,
-                        help='the encoder uses the 3x3 stride-1 stem without max-pooling (small images)')
+    add_encoder_arguments(parser)
     return parser.parse_args(argv)
 
 

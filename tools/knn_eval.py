@@ -12,7 +12,7 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 
 from ifnd.engine import build_eval_dataset, extract_features
-from ifnd.engine.cli import resolve_device, write_json
+from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device, write_json
 from ifnd.evaluation import knn_accuracy
 from ifnd.models.encoder import load_checkpoint_file, load_encoder
 
@@ -42,12 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                         help='override the data settings, e.g. val_dataset.split=val pipeline.size=224 '
                         'train_dataset.subset_fraction=0.1')
-    parser.add_argument('--model-name', help='timm backbone name, for checkpoints that carry no model config')
-    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
-                        help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
-    parser.add_argument('--batch-size', type=int, default=256, help='feature extraction batch (default: 256)')
-    parser.add_argument('--num-workers', type=int, default=4, help='data loading workers (default: 4)')
-    parser.add_argument('--device', default='auto', help="'auto' (CUDA when available), 'cpu' or 'cuda'")
+    add_encoder_arguments(parser)
+    add_extraction_arguments(parser, batch_size=256, num_workers=4)
     parser.add_argument('--out', help='write the results as JSON to this file')
     return parser.parse_args(argv)
 

@@ -6,7 +6,7 @@ import time
 
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
-from ifnd.engine.cli import resolve_device, write_json
+from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device, write_json
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
 from ifnd.models.encoder import load_encoder
 
@@ -28,16 +28,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--train-difficult', choices=['negative', 'ignore'], default='negative',
                         help="difficult trainval images as negatives (the benchmark's full-data script, "
                         "default) or left out")
-    parser.add_argument('--model-name', help='timm backbone name, for checkpoints that carry no model config')
-    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
-                        help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
+    add_encoder_arguments(parser)
     parser.add_argument('--size', type=int, default=224, help='centre-crop size (default: 224)')
     parser.add_argument('--resize', type=int, help='shorter side before the crop (default: size / 0.875 '
                         'for crops of 96 pixels or more, else size)')
-    parser.add_argument('--batch-size', type=int, default=64, help='feature extraction batch (default: 64)')
-    parser.add_argument('--num-workers', type=int, default=4, help='data loading workers (default: 4)')
+    add_extraction_arguments(parser, batch_size=64, num_workers=4)
     parser.add_argument('--jobs', type=int, default=-1, help='processes fitting SVMs (default: -1, all CPUs)')
-    parser.add_argument('--device', default='auto', help="'auto' (CUDA when available), 'cpu' or 'cuda'")
     parser.add_argument('--per-class', action='store_true', help='also print the AP of every class')
     parser.add_argument('--out', help='write the results as JSON to this file')
     return parser.parse_args(argv)

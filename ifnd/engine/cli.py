@@ -1,4 +1,5 @@
 """Helpers shared by the command-line tools: device choice, JSON results, Runner configs."""
+import argparse
 import json
 import os.path as osp
 
@@ -61,3 +62,22 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
         cfg.resume = True
         cfg.load_from = resume
     return cfg
+
+
+def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model-name`` and ``--cifar-stem``: the backbone of files that carry no model config."""
+    parser.add_argument('--model-name',
+                        help='timm backbone name, for checkpoints that carry no model config')
+    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
+                        help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
+
+
+def add_extraction_arguments(parser: argparse.ArgumentParser, batch_size: int,
+                             num_workers: int) -> None:
+    """``--batch-size``, ``--num-workers`` and ``--device`` of feature extraction."""
+    parser.add_argument('--batch-size', type=int, default=batch_size,
+                        help='feature extraction batch (default: %(default)s)')
+    parser.add_argument('--num-workers', type=int, default=num_workers,
+                        help='data loading workers (default: %(default)s)')
+    parser.add_argument('--device', default='auto',
+                        help="'auto' (CUDA when available), 'cpu' or 'cuda'")

@@ -13,7 +13,7 @@ import os.path as osp
 import sys
 import time
 
-from ifnd.engine.cli import resolve_device
+from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device
 from ifnd.engine.features import extract_features
 from ifnd.evaluation.analysis import (analysis_dataset, cluster_quality_table, default_num_workers,
                                       format_percent, load_feature_model)
@@ -42,16 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--config', help="take the data set from this config instead of the "
                         "checkpoints' own")
     parser.add_argument('--data-root', help="override the data set's data_root")
-    parser.add_argument('--model-name',
-                        help='timm backbone name, for files that carry no model config')
-    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
-                        help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
-    parser.add_argument('--batch-size', type=int, default=256,
-                        help='extraction batch (default: 256)')
-    parser.add_argument('--num-workers', type=int, default=default_num_workers(),
-                        help='data loading workers')
-    parser.add_argument('--device', default='auto',
-                        help="'auto' (CUDA when available), 'cpu', 'cuda'")
+    add_encoder_arguments(parser)
+    add_extraction_arguments(parser, batch_size=256, num_workers=default_num_workers())
     args = parser.parse_args(argv)
     if args.names is not None and len(args.names) != len(args.checkpoints):
         parser.error(f'--names gives {len(args.names)} names for {len(args.checkpoints)} '

@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 
-from ifnd.engine.cli import resolve_device  # noqa: E402
+from ifnd.engine.cli import add_extraction_arguments, resolve_device  # noqa: E402
 from ifnd.engine.features import extract_features  # noqa: E402
 from ifnd.evaluation.analysis import (  # noqa: E402
     analysis_dataset, default_num_workers, find_hook, load_feature_model, match_clusters_to_classes,
@@ -66,12 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--ncols', type=int, default=3, help='panels per row (default: 3)')
     parser.add_argument('--title', help='figure title')
     parser.add_argument('--dpi', type=int, default=100, help='resolution (default: 100)')
-    parser.add_argument('--batch-size', type=int, default=256,
-                        help='extraction batch (default: 256)')
-    parser.add_argument('--num-workers', type=int, default=default_num_workers(),
-                        help='data loading workers')
-    parser.add_argument('--device', default='auto',
-                        help="'auto' (CUDA when available), 'cpu', 'cuda'")
+    add_extraction_arguments(parser, batch_size=256, num_workers=default_num_workers())
     args = parser.parse_args(argv)
     if args.num_points < 4 or args.tsne_iter < 250 or args.ncols < 1 or args.level < 0 \
             or (args.threads is not None and args.threads < 1):
