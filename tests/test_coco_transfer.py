@@ -365,3 +365,14 @@ def test_aspect_ratio_batches_never_mix_orientations(tmp_path):
     assert sum(len(b) == 2 for b in batches) >= 3
     with pytest.raises(TypeError, match='is_portrait'):
         AspectRatioBatchSampler(DefaultSampler(list(range(4)), shuffle=False), 2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='the check is for machines without GPUs')
+def test_distributed_syncbn_on_cpus_is_refused_up_front():
+    spec = importlib.util.spec_from_file_location('transfer_coco', osp.join(REPO, 'tools', 'transfer_coco.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.check_norm(Config(dict(model=dict(norm='BN'), launcher='pytorch')))
+    tool.check_norm(Config(dict(model=dict(norm='SyncBN'), launcher='none')))
+    with pytest.raises(SystemExit, match='model.norm=BN'):
+        tool.check_norm(Config(dict(model=dict(norm='SyncBN'), launcher='pytorch')))

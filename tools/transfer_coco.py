@@ -21,6 +21,7 @@ import json
 import os
 import os.path as osp
 
+import torch
 from mmengine.config import Config, DictAction
 from mmengine.dist import get_rank
 from mmengine.runner import find_latest_checkpoint
@@ -117,7 +118,6 @@ def build_config(args: argparse.Namespace) -> Config:
 
 def check_norm(cfg: Config) -> None:
     """SyncBN synchronises over GPUs only; say so before a distributed CPU run fails inside torch."""
-    import torch
     if cfg.model.norm == 'SyncBN' and cfg.launcher != 'none' and not torch.cuda.is_available():
         raise SystemExit('model.norm=SyncBN needs GPUs in a distributed run; on CPUs use '
                          '--cfg-options model.norm=BN')
