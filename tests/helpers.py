@@ -1,10 +1,20 @@
 """Tiny configs on scikit-learn's digits for real, short Runner runs."""
 import copy
 import os.path as osp
+import socket
 
 from mmengine.config import Config
 
 CONFIG_DIR = osp.join(osp.dirname(__file__), '..', 'configs')
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a gloo process group."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
 TINY_BACKBONE = dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True,
                      channels=(8, 16, 32, 64))
 TINY_NECK = dict(type='MLPNeck', hidden_dim=64, out_dim=32, num_layers=2)

@@ -1,13 +1,12 @@
 """Two gloo processes give the same pseudo labels, loss and gradients as one process."""
 import os
-import socket
 import types
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK
+from helpers import TINY_BACKBONE, TINY_NECK, free_port
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
@@ -17,12 +16,6 @@ WORLD_SIZE = 2
 GLOBAL_BATCH = 8
 DIGITS = dict(type='Digits', split='train', subset_fraction=0.2)
 EVAL_VIEW = dict(type='EvalView', size=16)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _build(model_type: str) -> torch.nn.Module:
@@ -85,7 +78,7 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
 
 @pytest.mark.parametrize('model_type', ['SimCLR', 'IFND'])
 def test_two_processes_match_one(tmp_path, model_type):
-    mp.spawn(_worker, args=(_free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     got = torch.load(tmp_path / 'dist.pt', weights_only=True)
 
     model = _build(model_type)
