@@ -28,6 +28,14 @@ class PseudoLabelBank(nn.Module):
         self.register_buffer('num_clusters', torch.empty(0, dtype=torch.long))
         self.register_buffer('centroids', torch.empty(0, 0, 0))
         self.register_buffer('concentration', torch.empty(0, 0))
+        # Host-side copies, refreshed whenever the buffers change (once per clustering round), so
+        # the training step reads them without a device sync.
+        self.any_accepted = False
+        self.cluster_counts: list[int] = []
+
+    def _refresh_host_state(self) -> None:
+        self.any_accepted = bool((self.labels >= 0).any()) if self.labels.numel() else False
+        self.cluster_counts = self.num_clusters.tolist()
 
     @property
     def num_levels(self) -> int:
@@ -46,6 +54,7 @@ class PseudoLabelBank(nn.Module):
         self.num_clusters = torch.zeros(num_levels, dtype=torch.long, device=self.labels.device)
         self.centroids = torch.empty(0, 0, 0, device=self.labels.device)
         self.concentration = torch.empty(0, 0, device=self.labels.device)
+        self._refresh_host_state()
 
     def update(self, labels: torch.Tensor, centroids: Sequence[torch.Tensor] | None = None,
                concentration: Sequence[torch.Tensor] | None = None) -> None:
@@ -62,15 +71,18 @@ class PseudoLabelBank(nn.Module):
                     conc[level, :ks[level]] = concentration[level].to(device)
             self.centroids, self.concentration = padded, conc
             self.num_clusters = torch.tensor(ks, dtype=torch.long, device=device)
+        self._refresh_host_state()
 
     def lookup(self, index: torch.Tensor) -> torch.Tensor:
         """Labels ``[levels, len(index)]`` of the given samples."""
         if self.num_levels == 0:
             raise RuntimeError('The pseudo-label bank is empty: add PseudoLabelHook to '
                                "custom_hooks (see configs/ifnd/) so it is filled before training")
-        if int(index.max()) >= self.num_samples:
-            raise IndexError(f'sample index {int(index.max())} is outside the bank of '
-                             f'{self.num_samples} samples; the bank was built for another dataset')
+        # Checked on the device: no host sync in the training step (on a GPU a failure surfaces as
+        # a device-side assert carrying this message).
+        torch._assert_async(index.max() < self.num_samples,
+                            f'a sample index is outside the bank of {self.num_samples} samples; '
+                            'the bank was built for another dataset')
         return self.labels[:, index]
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -80,6 +92,7 @@ class PseudoLabelBank(nn.Module):
             if stored is not None and stored.shape != buf.shape:
                 setattr(self, name, torch.empty_like(stored, device=buf.device))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._refresh_host_state()
 
 
 class ContrastiveAlgorithm(BaseModel):
@@ -105,6 +118,7 @@ class ContrastiveAlgorithm(BaseModel):
         self.temperature = temperature
         self.loss_mode = loss_mode
         self.label_source = label_source
+        self._labels_checked = False
         if label_source == 'pseudo':
             self.label_bank = PseudoLabelBank()
 
@@ -125,14 +139,22 @@ class ContrastiveAlgorithm(BaseModel):
             return F.normalize(self.extract_feat(inputs).float(), dim=1)
         raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
 
+    def labels_can_match(self) -> bool:
+        """Whether any label can be shared (host-side: no sync); if not, the loss is 'inst'."""
+        if self.label_source == 'pseudo':
+            return self.label_bank.any_accepted
+        return self.label_source == 'ground_truth'
+
     def batch_labels(self, data_samples: dict) -> torch.Tensor | None:
         """Labels ``[levels, M]`` of the batch under this algorithm's label source."""
         if self.label_source == 'pseudo':
             return self.label_bank.lookup(data_samples['index'])
         if self.label_source == 'ground_truth':
             labels = data_samples['label']
-            if bool((labels < 0).any()):
-                raise ValueError("label_source='ground_truth' needs a data set with labels")
+            if not self._labels_checked:  # one host sync on the first batch, none afterwards
+                if bool((labels < 0).any()):
+                    raise ValueError("label_source='ground_truth' needs a data set with labels")
+                self._labels_checked = True
             return labels.view(1, -1)
         return None
 
@@ -188,18 +210,16 @@ class SimCLR(ContrastiveAlgorithm):
         positive_index = torch.cat([own + total, own])
         labels = self.batch_labels(data_samples)
         anchor_labels = candidate_labels = None
-        if labels is not None:
+        # Unaccepted samples carry unique labels, so before any label is accepted the loss is
+        # exactly instance discrimination: no masks are built. Afterwards a batch without any
+        # accepted label still gets the bit-identical 'inst' loss, selected on the device.
+        if labels is not None and self.labels_can_match():
             candidate_labels = gather_no_grad(labels.t()).t().repeat(1, 2)
-            # Unaccepted samples carry unique labels, so a batch without any accepted label is
-            # exactly instance discrimination: take that path (it is cheaper, and bit-identical).
-            if bool((candidate_labels >= 0).any()):
-                anchor_labels = labels.repeat(1, 2)
-            else:
-                candidate_labels = None
+            anchor_labels = labels.repeat(1, 2)
         with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
             per_anchor = contrastive_loss_from_candidates(
                 torch.cat([z1, z2]), candidates, positive_index, self_index, anchor_labels,
-                candidate_labels, self.temperature, self.loss_mode)
+                candidate_labels, self.temperature, self.loss_mode, instance_if_unaccepted=True)
         return {'loss': per_anchor.mean(), **self._diagnostics(labels)}
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
@@ -244,13 +264,13 @@ class PCL(SimCLR):
         z1, z2 = self.embed_views(inputs)
         losses = self.instance_losses(z1, z2, data_samples)
         bank = self.label_bank
-        if len(bank.num_clusters) == 0 or int(bank.num_clusters.min()) == 0:
+        ks = bank.cluster_counts  # host-side: no sync
+        if not ks or min(ks) == 0:
             # Before the first clustering there are no prototypes: the instance term alone.
             losses['loss_proto'] = losses['loss'].new_zeros(())
             return losses
         assignments = bank.lookup(data_samples['index'])
         assignments = torch.where(assignments >= 0, assignments, -1)
-        ks = bank.num_clusters.tolist()
         centroids = [bank.centroids[level, :k] for level, k in enumerate(ks)]
         concentration = [bank.concentration[level, :k] for level, k in enumerate(ks)]
         with torch.autocast(z1.device.type, enabled=False):
@@ -357,8 +377,11 @@ class MoCoV2(ContrastiveAlgorithm):
         self._momentum_update()
         k = self._shuffled_keys(inputs[1])
         labels = self.batch_labels(data_samples)
+        # Before any label is accepted the loss is plain MoCo: no queue label lookup, no masks.
+        masked = labels is not None and self.labels_can_match()
         with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
-            loss = queue_contrastive_loss(q, k, self.queue.clone(), labels, self.queue_labels(),
+            loss = queue_contrastive_loss(q, k, self.queue.clone(), labels if masked else None,
+                                          self.queue_labels() if masked else None,
                                           self.temperature, self.loss_mode)
         index = data_samples.get('index')
         if index is None:

@@ -108,7 +108,8 @@ def contrastive_loss_from_candidates(anchors: Tensor,
                                      anchor_labels: Optional[Tensor] = None,
                                      candidate_labels: Optional[Tensor] = None,
                                      temperature: float = 0.1,
-                                     mode: str = 'inst') -> Tensor:
+                                     mode: str = 'inst',
+                                     instance_if_unaccepted: bool = False) -> Tensor:
     """Per-anchor contrastive loss ``[A]`` against a candidate set, averaged over label levels.
 
     ``anchors`` [A, D] and ``candidates`` [C, D] are L2-normalised embeddings.
@@ -117,7 +118,8 @@ def contrastive_loss_from_candidates(anchors: Tensor,
     not among the candidates. ``anchor_labels`` [L, A] / ``candidate_labels`` [L, C] (or [A] /
     [C]) are pseudo labels; ``None`` means instance labels, where every mode reduces to ``'inst'``.
     A distributed caller passes its local views as anchors and the gathered views of all ranks as
-    candidates.
+    candidates. ``instance_if_unaccepted``: when no candidate label is accepted (all negative),
+    return exactly the 'inst' loss, chosen on the device without a host sync.
     """
     _check_mode(mode)
     if anchors.ndim != 2 or candidates.ndim != 2:
@@ -141,21 +143,63 @@ def contrastive_loss_from_candidates(anchors: Tensor,
                          f'candidate_labels have {candidate_labels.shape[0]}')
 
     logits = anchors @ candidates.t() / temperature
-    columns = torch.arange(num_candidates, device=logits.device).unsqueeze(0)
-    positive = columns == positive_index.to(logits.device).unsqueeze(1)
-    excluded = columns == self_index.to(logits.device).unsqueeze(1)
+    columns = torch.arange(num_candidates, device=logits.device)
+    excluded = columns.unsqueeze(0) == self_index.to(logits.device).unsqueeze(1)
+    positive_index = positive_index.to(logits.device)
     if anchor_labels is None:
         # With instance labels no candidate shares the anchor's label: all modes equal 'inst'.
-        return masked_info_nce(logits, positive & ~excluded, ~excluded)
-
+        return _label_masked_nce(logits, positive_index, excluded, None, None, 'inst')
     anchor_labels = anchor_labels.to(logits.device)
     candidate_labels = candidate_labels.to(logits.device)
-    total = logits.new_zeros(num_anchors)
-    for level in range(anchor_labels.shape[0]):
-        pos_mask, den_mask = label_masks(anchor_labels[level], candidate_labels[level], positive,
-                                         excluded, mode)
-        total = total + masked_info_nce(logits, pos_mask, den_mask)
-    return total / anchor_labels.shape[0]
+    per_anchor = _label_masked_nce(logits, positive_index, excluded, anchor_labels,
+                                   candidate_labels, mode, with_instance=instance_if_unaccepted)
+    if not instance_if_unaccepted:
+        return per_anchor
+    per_anchor, instance = per_anchor
+    # Selected on the device (no host sync); the unselected branch gets exact zero gradients.
+    return torch.where((candidate_labels >= 0).any(), per_anchor, instance)
+
+
+def _label_masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
+                      anchor_labels: Optional[Tensor], candidate_labels: Optional[Tensor],
+                      mode: str, with_instance: bool = False):
+    """Per-anchor loss ``[A]`` of ``mode`` averaged over label levels, one label mask per level.
+
+    Equals ``masked_info_nce`` with the masks of ``label_masks`` (the reference, kept for tests)
+    but makes one boolean and one float ``[A, C]`` temporary per level: the positive is the single
+    column ``positive_index``, the excluded columns are filled with -inf once, and the label
+    equality is fused into the logits with ``masked_fill``. With ``with_instance`` it also returns
+    the 'inst' loss, which 'attr' gets for free (same denominator).
+    """
+    base = logits if excluded is None else logits.masked_fill(excluded, float('-inf'))
+    pos_column = positive_index.unsqueeze(1)
+    pos_logit = logits.gather(1, pos_column).squeeze(1)
+    instance = None
+    if mode in ('inst', 'attr') or with_instance:
+        log_norm = torch.logsumexp(base, dim=1)
+        instance = log_norm - pos_logit
+    if anchor_labels is None or mode == 'inst':
+        loss = instance
+    else:
+        total = logits.new_zeros(logits.shape[0])
+        for level in range(anchor_labels.shape[0]):
+            same = anchor_labels[level].unsqueeze(1) == candidate_labels[level].unsqueeze(0)
+            if mode == 'elim':
+                # Eq. eq:elimination: label-mates leave the denominator, the own positive stays.
+                same.scatter_(1, pos_column, False)
+                total = total + torch.logsumexp(base.masked_fill(same, float('-inf')), dim=1)
+            else:
+                # 'attr', Eq. eq:attraction: label-mates join the positives; S(i) is unchanged.
+                same.scatter_(1, pos_column, True)
+                if excluded is not None:
+                    same.masked_fill_(excluded, False)
+                num_pos = same.sum(dim=1).to(logits.dtype)
+                pos_sum = torch.where(same, logits, 0.0).sum(dim=1)
+                total = total + (log_norm - pos_sum / num_pos)
+        loss = total / anchor_labels.shape[0]
+        if mode == 'elim':
+            loss = loss - pos_logit
+    return (loss, instance) if with_instance else loss
 
 
 def contrastive_loss(z1: Tensor,
@@ -223,18 +267,12 @@ def queue_contrastive_loss(q: Tensor,
     if labels is None:
         return F.cross_entropy(logits, logits.new_zeros(num, dtype=torch.long))
 
-    # Column 0 (the own key) is always a positive and in the denominator; only queue columns
-    # depend on the labels.
-    key_column = torch.ones(num, 1, dtype=torch.bool, device=q.device)
-    no_queue = torch.zeros(num, size, dtype=torch.bool, device=q.device)
+    # Column 0 (the own key) is always the positive; its label column is never read (the
+    # positive column is set explicitly per level), so any value serves.
     labels, queue_labels = labels.to(q.device), queue_labels.to(q.device)
-    total = logits.new_zeros(())
-    for level in range(labels.shape[0]):
-        pos_q, den_q = label_masks(labels[level], queue_labels[level], no_queue, no_queue, mode)
-        pos_mask = torch.cat([key_column, pos_q], dim=1)
-        den_mask = torch.cat([key_column, den_q], dim=1)
-        total = total + masked_info_nce(logits, pos_mask, den_mask).mean()
-    return total / labels.shape[0]
+    column_labels = torch.cat([queue_labels[:, :1], queue_labels], dim=1)
+    return _label_masked_nce(logits, logits.new_zeros(num, dtype=torch.long), None, labels,
+                             column_labels, mode).mean()
 
 
 def proto_nce_loss(z: Tensor, centroids: Sequence[Tensor], assignments: Tensor,
