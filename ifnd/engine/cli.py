@@ -25,6 +25,16 @@ def write_json(result: dict | list, path: str, indent: int | None = 2) -> None:
     print(f'Results written to {path}')
 
 
+def amp_options(dtype: str | None = None) -> dict:
+    """AmpOptimWrapper's dtype and loss scale: bfloat16 unscaled where the GPU has it, else float16."""
+    if dtype is None:
+        dtype = 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
+    if dtype == 'bfloat16':
+        # bf16 has float32's exponent range: no GradScaler, so no inf check syncing every step.
+        return dict(dtype='bfloat16', loss_scale=dict(enabled=False))
+    return dict(dtype=dtype, loss_scale='dynamic')
+
+
 def runner_config(config: str, work_dir: str | None = None, resume: str | None = None,
                   amp: bool = False, cfg_options: dict | None = None,
                   launcher: str = 'none') -> Config:
@@ -52,7 +62,8 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
             raise SystemExit(f'--amp needs optim_wrapper.type OptimWrapper, '
                              f'the config has {cfg.optim_wrapper.type}')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+        for key, value in amp_options(cfg.optim_wrapper.get('dtype')).items():
+            cfg.optim_wrapper.setdefault(key, value)
     if resume == 'auto':
         cfg.resume = True
         cfg.load_from = None

@@ -13,9 +13,15 @@ class TimmBackbone(BaseModule):
 
     ``cifar_stem=True`` swaps a ResNet-family stem for a 3x3 stride-1 convolution without
     max-pooling, the usual choice for 28/32-pixel images.
+    ``channels_last=True`` keeps the weights and inputs in NHWC memory format (tensor-core
+    friendly convolutions on GPUs; the same results, and harmless, on a CPU).
+    ``compile=True`` (or a dict of ``torch.compile`` options, e.g. ``dict(backend='eager')``)
+    compiles the network in place at its first forward: the state-dict keys stay the same, and a
+    copy made before (MoCo's key encoder) is compiled on its own.
     """
 
     def __init__(self, model_name: str, pretrained: bool = False, cifar_stem: bool = False,
+                 channels_last: bool = False, compile: bool | dict = False,
                  init_cfg: dict | None = None, **timm_kwargs) -> None:
         super().__init__(init_cfg)
         try:
@@ -29,6 +35,16 @@ class TimmBackbone(BaseModule):
         if cifar_stem:
             self._use_cifar_stem()
         self.out_dim = self.model.num_features
+        self.channels_last = channels_last
+        if channels_last:
+            self.model.to(memory_format=torch.channels_last)
+        if compile is True:
+            compile = {}
+        if compile is not False and not isinstance(compile, dict):
+            raise ValueError(f'compile must be a bool or a dict of torch.compile options, got '
+                             f'{compile!r}')
+        self.compile_cfg = compile if compile is not False else None
+        self._compiled = False
 
     def _use_cifar_stem(self) -> None:
         conv1 = getattr(self.model, 'conv1', None)
@@ -48,4 +64,10 @@ class TimmBackbone(BaseModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled features of a batch of images."""
+        if self.compile_cfg is not None and not self._compiled:
+            # Module.compile (in place) rather than torch.compile(module): no '_orig_mod.' keys.
+            self.model.compile(**self.compile_cfg)
+            self._compiled = True
+        if self.channels_last and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
         return self.model(x)

@@ -4,7 +4,8 @@ model = dict(
     queue_len=65536,
     momentum=0.999,
     temperature=0.2,
-    backbone=dict(type='TimmBackbone', model_name='resnet50'),
+    # NHWC weights and inputs: faster convolutions on GPUs, the same results on a CPU.
+    backbone=dict(type='TimmBackbone', model_name='resnet50', channels_last=True),
     neck=dict(type='MLPNeck', hidden_dim=2048, out_dim=128, num_layers=2, with_bn=False),
     data_preprocessor=dict(type='ContrastiveDataPreprocessor'),
 )

@@ -1,6 +1,8 @@
 # Small-data schedule: SGD lr 0.5 x batch/1024 (256 -> 0.125), wd 1e-4, 10-epoch warm-up, cosine.
+# fused=True: one kernel for the whole update, on CUDA and on the CPU (torch >= 2.4).
 optim_wrapper = dict(type='OptimWrapper',
-                     optimizer=dict(type='SGD', lr=0.125, momentum=0.9, weight_decay=1e-4))
+                     optimizer=dict(type='SGD', lr=0.125, momentum=0.9, weight_decay=1e-4,
+                                    fused=True))
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0, end=10,
          convert_to_iter_based=True),

@@ -1,0 +1,246 @@
+"""The fast training step: channels_last, compile, AMP choice, fused SGD / LARS, no host sync."""
+import contextlib
+import os.path as osp
+
+import pytest
+import torch
+from helpers import TINY_BACKBONE, TINY_NECK
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+
+from ifnd.engine import cli
+from ifnd.registry import MODELS
+
+CONFIGS = osp.join(osp.dirname(__file__), '..', 'configs')
+
+
+@pytest.fixture(autouse=True)
+def scope():
+    init_default_scope('ifnd')
+
+
+def _views(num=8, size=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(num, 3, size, size, generator=g) for _ in range(2)]
+
+
+def test_channels_last_backbone_gives_the_same_features():
+    torch.manual_seed(0)
+    plain = MODELS.build(dict(TINY_BACKBONE))
+    nhwc = MODELS.build(dict(TINY_BACKBONE, channels_last=True))
+    nhwc.load_state_dict(plain.state_dict())
+    assert nhwc.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    x = torch.rand(4, 3, 16, 16)
+    torch.testing.assert_close(nhwc(x), plain(x), rtol=1e-4, atol=1e-5)
+    # The model base configs (GPU recipes) turn it on.
+    for name in ('simclr_r50.py', 'mocov2_r50.py'):
+        cfg = Config.fromfile(osp.join(CONFIGS, '_base_', 'models', name))
+        assert cfg.model.backbone.channels_last is True
+
+
+def test_compiled_backbone_trains_a_step_with_unchanged_state_dict_keys():
+    # backend='eager' exercises the wiring; the inductor takes minutes to compile on a 2-core CPU.
+    torch.manual_seed(0)
+    compiled = dict(TINY_BACKBONE, compile=dict(backend='eager'), channels_last=True)
+    model = MODELS.build(dict(type='MoCoV2', backbone=compiled, neck=TINY_NECK, queue_len=32,
+                              bn_splits=2))
+    reference = MODELS.build(dict(type='MoCoV2', backbone=TINY_BACKBONE, neck=TINY_NECK,
+                                  queue_len=32, bn_splits=2))
+    assert list(model.state_dict()) == list(reference.state_dict())
+    wrapper = build_optim_wrapper(model, dict(optimizer=dict(type='SGD', lr=0.1, fused=True)))
+    before = model.backbone.model.conv1.weight.detach().clone()
+    log = model.train_step({'inputs': _views(), 'index': torch.arange(8)}, wrapper)
+    assert torch.isfinite(log['loss'])
+    assert model.backbone._compiled and model.momentum_backbone._compiled
+    assert not torch.equal(before, model.backbone.model.conv1.weight)
+    with pytest.raises(ValueError, match='compile must be a bool or a dict'):
+        MODELS.build(dict(TINY_BACKBONE, compile='yes'))
+
+
+@pytest.mark.parametrize('bf16,dtype,scaler_enabled', [(True, 'bfloat16', False),
+                                                       (False, 'float16', True)])
+def test_amp_picks_bfloat16_without_scaler_when_supported(monkeypatch, tmp_path, bf16, dtype,
+                                                          scaler_enabled):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *a, **k: bf16)
+    cfg = cli.runner_config(osp.join(CONFIGS, 'simclr', 'simclr_r18_200e_fmnist.py'),
+                            str(tmp_path), amp=True)
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper' and cfg.optim_wrapper.dtype == dtype
+    assert cfg.optim_wrapper.optimizer.fused is True  # the schedule's fused SGD is kept
+    scale = cfg.optim_wrapper.loss_scale
+    assert (scale == 'dynamic') if scaler_enabled else (scale == dict(enabled=False))
+    # An explicit dtype in the config wins, and float16 always gets its dynamic scaler.
+    assert cli.amp_options('float16') == dict(dtype='float16', loss_scale='dynamic')
+
+
+def _schedule(name):
+    return Config.fromfile(osp.join(CONFIGS, '_base_', 'schedules', name))
+
+
+@pytest.mark.parametrize('name', ['sgd_coslr_200e.py', 'sgd_coslr_1000e.py', 'sgd_steplr_200e.py'])
+def test_sgd_schedules_build_fused_optimisers(name):
+    model = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK))
+    wrapper = build_optim_wrapper(model, _schedule(name).optim_wrapper)
+    assert isinstance(wrapper.optimizer, torch.optim.SGD) and wrapper.optimizer.defaults['fused']
+    loss = model.loss(_views(), {})['loss']
+    wrapper.update_params(loss)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_lars_schedule_excludes_bn_and_bias_and_matches_the_lars_update():
+    torch.manual_seed(0)
+    cfg = _schedule('lars_coslr_1000e.py')
+    assert cfg.auto_scale_lr == dict(base_batch_size=256, enable=True)  # lr = 0.3 x batch / 256
+    model = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK))
+    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    opt = wrapper.optimizer
+    assert type(opt).__name__ == 'Lars'
+    decay = {id(p): g['weight_decay'] for g in opt.param_groups for p in g['params']}
+    named = dict(model.named_parameters())
+    assert decay[id(named['backbone.model.bn1.weight'])] == 0.0
+    assert decay[id(named['backbone.model.bn1.bias'])] == 0.0
+    assert decay[id(named['backbone.model.conv1.weight'])] == 1e-6
+    model.loss(_views(), {})['loss'].backward()
+    conv, bn = named['backbone.model.conv1.weight'], named['backbone.model.bn1.weight']
+    expected = {}
+    lr, eta, wd = opt.param_groups[0]['lr'], 0.001, 1e-6
+    for p, weight_decay in ((conv, wd), (bn, 0.0)):
+        w, g = p.detach().double(), p.grad.double()
+        if weight_decay:  # LARS (You et al.): local lr = eta ||w|| / (||g|| + wd ||w||)
+            local = eta * w.norm() / (g.norm() + wd * w.norm())
+            expected[p] = w - lr * local * (g + wd * w)
+        else:  # excluded: plain SGD (the first momentum step is the gradient itself)
+            expected[p] = w - lr * g
+    wrapper.step()
+    for p, want in expected.items():
+        torch.testing.assert_close(p.detach().double(), want, rtol=1e-5, atol=1e-7)
+
+
+@contextlib.contextmanager
+def _host_sync_forbidden():
+    """Make every Python-level device-to-host read raise."""
+    def refuse(name):
+        def method(self, *args, **kwargs):
+            raise AssertionError(f'Tensor.{name} (a host sync) called in the training step')
+        return method
+
+    names = ('item', 'tolist', '__bool__', '__int__', '__float__')
+    saved = {name: getattr(torch.Tensor, name) for name in names}
+    try:
+        for name in names:
+            setattr(torch.Tensor, name, refuse(name))
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+
+
+def _filled(model, levels=2, num_samples=40, clusters=(3, 5)):
+    g = torch.Generator().manual_seed(1)
+    labels = torch.stack([torch.randint(0, k, (num_samples,), generator=g) for k in clusters])
+    accepted = torch.rand(levels, num_samples, generator=g) < 0.5
+    unique = -(torch.arange(num_samples) + 1)
+    if hasattr(model, 'label_bank'):
+        model.label_bank.reset(levels, num_samples)
+        centroids = [torch.nn.functional.normalize(torch.randn(k, TINY_NECK['out_dim']), dim=1)
+                     for k in clusters]
+        model.label_bank.update(torch.where(accepted, labels, unique), centroids,
+                                [torch.rand(k) + 0.5 for k in clusters])
+    if hasattr(model, 'queue_index'):
+        model.queue_index.copy_(torch.randint(0, num_samples, model.queue_index.shape, generator=g))
+    return model
+
+
+@pytest.mark.parametrize('cfg', [
+    dict(type='SimCLR'), dict(type='IFND', loss_mode='elim'), dict(type='IFND', loss_mode='attr'),
+    dict(type='SupCon'), dict(type='PCL'), dict(type='MoCoV2', queue_len=32, bn_splits=2),
+    dict(type='IFNDMoCo', queue_len=32, bn_splits=2),
+], ids=lambda c: c['type'] + c.get('loss_mode', ''))
+def test_training_step_makes_no_host_sync(cfg):
+    torch.manual_seed(0)
+    model = _filled(MODELS.build(dict(cfg, backbone=TINY_BACKBONE, neck=TINY_NECK)))
+    wrapper = build_optim_wrapper(model, _schedule('sgd_coslr_200e.py').optim_wrapper)
+    batch = {'inputs': _views(), 'index': torch.randperm(40)[:8], 'label': torch.arange(8) % 3}
+    if cfg['type'] == 'SupCon':
+        model.loss(batch['inputs'], batch)  # the ground-truth labels are checked once, first
+    with _host_sync_forbidden():
+        losses = model.loss(batch['inputs'], batch)
+        wrapper.update_params(sum(v for k, v in losses.items() if 'loss' in k))
+    assert all(torch.isfinite(v) for v in losses.values())
+    if torch.cuda.is_available():  # the real check, where a GPU is present
+        model.cuda()
+        batch = {k: [x.cuda() for x in v] if k == 'inputs' else v.cuda() for k, v in batch.items()}
+        torch.cuda.set_sync_debug_mode('error')
+        try:
+            model.loss(batch['inputs'], batch)['loss'].backward()
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+
+
+def _reference(anchors, candidates, positive_index, self_index, anchor_labels, candidate_labels,
+               mode, temperature):
+    """The former implementation: full boolean masks per level, then masked_info_nce."""
+    from ifnd.models.losses import label_masks, masked_info_nce
+    logits = anchors @ candidates.t() / temperature
+    columns = torch.arange(candidates.shape[0]).unsqueeze(0)
+    positive = columns == positive_index.unsqueeze(1)
+    excluded = columns == self_index.unsqueeze(1)
+    total = 0
+    for level in range(anchor_labels.shape[0]):
+        total = total + masked_info_nce(logits, *label_masks(
+            anchor_labels[level], candidate_labels[level], positive, excluded, mode))
+    return total / anchor_labels.shape[0]
+
+
+@pytest.mark.parametrize('mode', ['inst', 'elim', 'attr'])
+@pytest.mark.parametrize('levels', [1, 3])
+def test_fused_masks_equal_the_former_masks(mode, levels):
+    from ifnd.models.losses import contrastive_loss_from_candidates, queue_contrastive_loss
+    g = torch.Generator().manual_seed(levels)
+    num, dim = 12, 8
+    z = torch.nn.functional.normalize(torch.randn(2 * num, dim, generator=g), dim=1)
+    labels = torch.randint(0, 3, (levels, num), generator=g)
+    labels = torch.where(torch.rand(levels, num, generator=g) < 0.6, labels,
+                         -(torch.arange(num) + 1))
+    view_labels = labels.repeat(1, 2)
+    index = torch.arange(num)
+    positive_index, self_index = torch.cat([index + num, index]), torch.arange(2 * num)
+    for temperature in (0.1, 0.5):
+        new = contrastive_loss_from_candidates(z, z, positive_index, self_index, view_labels,
+                                               view_labels, temperature, mode)
+        old = _reference(z, z, positive_index, self_index, view_labels, view_labels, mode,
+                         temperature)
+        torch.testing.assert_close(new, old, rtol=1e-5, atol=1e-5)
+    # The queue: the own key is column 0, the queue has no excluded entry.
+    q, k = z[:num], z[num:]
+    queue = torch.nn.functional.normalize(torch.randn(20, dim, generator=g), dim=1)
+    queue_labels = torch.randint(0, 3, (levels, 20), generator=g)
+    new = queue_contrastive_loss(q, k, queue, labels, queue_labels, 0.2, mode)
+    # Row by row: each query sees its own key (with its own label) and the queue.
+    ref = torch.stack([
+        _reference(q[i:i + 1], torch.cat([k[i:i + 1], queue]), torch.tensor([0]),
+                   torch.tensor([-1]), labels[:, i:i + 1],
+                   torch.cat([labels[:, i:i + 1], queue_labels], dim=1), mode, 0.2)
+        for i in range(num)]).mean()
+    torch.testing.assert_close(new, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('mode', ['elim', 'attr'])
+def test_unaccepted_batch_is_exactly_instance_discrimination(mode):
+    from ifnd.models.losses import contrastive_loss_from_candidates
+    g = torch.Generator().manual_seed(0)
+    num = 10
+    z = torch.randn(2 * num, 8, generator=g)
+    index = torch.arange(num)
+    args = (torch.cat([index + num, index]), torch.arange(2 * num))
+    unique = -(torch.arange(num) + 1).repeat(3, 2)  # three levels, nothing accepted
+    grads = []
+    for labels in (None, unique):
+        leaf = z.clone().requires_grad_(True)
+        emb = torch.nn.functional.normalize(leaf, dim=1)
+        loss = contrastive_loss_from_candidates(emb, emb, *args, labels, labels, 0.5, mode,
+                                                instance_if_unaccepted=True).mean()
+        loss.backward()
+        grads.append((loss.detach(), leaf.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
