@@ -5,7 +5,14 @@ variant gets the same backbone, projection head, batch and input size; one step 
 ``train_step`` of mmengine (preprocessing, forward, loss, backward, SGD update). The variants are
 interleaved (A, B, C, D, A, B, ...) in rounds after a warm-up, so drifting machine load hits them
 alike, and the median step time per variant is reported with the ratios IFND/SimCLR and
-IFNDMoCo/MoCoV2.
+IFNDMoCo/MoCoV2. An "Encoder" reference row times the backbone alone (forward + backward +
+update of the 2 x batch views, as SimCLR encodes them), so step / encoder shows what the
+algorithms add around it.
+
+Speed options, each off by default so that runs stay comparable: ``--channels-last`` (NHWC
+weights and inputs), ``--amp`` (bfloat16 autocast without a loss scaler where the GPU supports
+it, else float16 with dynamic scaling: the choice of ``tools/train.py --amp``), ``--compile``
+(``torch.compile`` of the backbones), ``--fused`` (fused SGD).
 
 The label bank of the IFND variants is filled like a mid-training round: a share of the samples
 carries cluster ids (a few clusters per level), the rest unique negative labels, and the MoCo
@@ -14,6 +21,8 @@ queue holds keys of real sample indices, so the label lookup and the masking are
 Example::
 
     python benchmarks/step_cost.py --model resnet18 --batch-size 64 --image-size 32 --out step.json
+    python benchmarks/step_cost.py --model resnet50 --no-cifar-stem --image-size 224 \
+        --batch-size 256 --channels-last --amp --compile --fused
 """
 from __future__ import annotations
 
@@ -32,6 +41,7 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import init_default_scope
 
 PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo')}
+ENCODER = 'Encoder'  # the backbone alone, forward + backward + update
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
 from common import HelpFormatter, describe_device, resolve_device, synchronize  # noqa: E402
@@ -69,7 +79,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--steps', type=int, default=1, help='timed steps per variant per round')
     parser.add_argument('--device', default='auto',
                         help="'auto' (CUDA when available), 'cpu', 'cuda'")
-    parser.add_argument('--amp', action='store_true', help='automatic mixed precision (CUDA)')
+    parser.add_argument('--amp', action='store_true',
+                        help='mixed precision (CUDA): bfloat16 where supported, else float16')
+    parser.add_argument('--channels-last', action='store_true',
+                        help='NHWC memory format for the backbone weights and inputs')
+    parser.add_argument('--compile', action='store_true', help='torch.compile the backbones')
+    parser.add_argument('--compile-backend', default='inductor',
+                        help="torch.compile backend ('eager' to check the wiring quickly)")
+    parser.add_argument('--fused', action='store_true', help='fused SGD update')
+    parser.add_argument('--no-encoder', dest='encoder', action='store_false',
+                        help='skip the encoder-alone reference row')
     parser.add_argument('--threads', type=int, default=None,
                         help="torch CPU threads (default: torch's own; use 1 on a busy machine)")
     parser.add_argument('--seed', type=int, default=0, help='random seed')
@@ -99,13 +118,38 @@ def realistic_labels(num_clusters: Sequence[int], num_samples: int, accepted: fl
     return torch.stack(levels)
 
 
+def backbone_config(args: argparse.Namespace) -> dict:
+    """The backbone config shared by every variant and the encoder reference."""
+    cfg = dict(type='TimmBackbone', model_name=args.model, cifar_stem=args.cifar_stem,
+               channels_last=args.channels_last)
+    if args.compile:
+        cfg['compile'] = dict(backend=args.compile_backend)
+    return cfg
+
+
+class EncoderAlone(torch.nn.Module):
+    """The backbone alone, trained on a stand-in loss: the cost floor of any contrastive step."""
+
+    def __init__(self, backbone: torch.nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def train_step(self, data: dict, optim_wrapper: OptimWrapper) -> dict:
+        """Forward of both views as one batch, backward, update: what SimCLR's encoder does."""
+        with optim_wrapper.optim_context(self):
+            feats = self.backbone(torch.cat(data['inputs'][:2]))
+        loss = feats.float().square().mean()
+        optim_wrapper.update_params(loss)
+        return {'loss': loss}
+
+
 def build_variant(name: str, args: argparse.Namespace, labels: torch.Tensor,
                   device: torch.device) -> torch.nn.Module:
     """One algorithm with the shared backbone/neck settings, its label bank and queue filled."""
     from ifnd.registry import MODELS
     cfg = dict(
         type=name,
-        backbone=dict(type='TimmBackbone', model_name=args.model, cifar_stem=args.cifar_stem),
+        backbone=backbone_config(args),
         neck=dict(type='MLPNeck', hidden_dim=args.neck_hidden, out_dim=args.out_dim,
                   num_layers=args.neck_layers),
     )
@@ -155,22 +199,29 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     init_default_scope('ifnd')
     device = resolve_device(args.device)
     if args.amp and device.type != 'cuda':
-        raise SystemExit('--amp needs a CUDA device')
+        raise SystemExit('--amp needs a CUDA device; leave it out on a CPU')
     if device.type == 'cuda':
         torch.backends.cudnn.benchmark = True
     g = torch.Generator().manual_seed(args.seed)
     labels = realistic_labels(args.num_clusters, args.num_samples, args.accepted, g)
     names = [name for pair in args.pairs for name in PAIRS[pair]]
     models, wrappers = {}, {}
-    for name in names:
-        models[name] = build_variant(name, args, labels, device)
+    for name in names + ([ENCODER] if args.encoder else []):
+        if name == ENCODER:
+            from ifnd.registry import MODELS
+            models[name] = EncoderAlone(MODELS.build(backbone_config(args))).to(device).train()
+        else:
+            models[name] = build_variant(name, args, labels, device)
         optimizer = torch.optim.SGD(models[name].parameters(), lr=1e-3, momentum=0.9,
-                                    weight_decay=1e-4)
+                                    weight_decay=1e-4, fused=args.fused or None)
         if args.amp:
             from mmengine.optim import AmpOptimWrapper
-            wrappers[name] = AmpOptimWrapper(optimizer=optimizer, loss_scale='dynamic')
+
+            from ifnd.engine.cli import amp_options
+            wrappers[name] = AmpOptimWrapper(optimizer=optimizer, **amp_options())
         else:
             wrappers[name] = OptimWrapper(optimizer=optimizer)
+    names = list(models)
     batches = make_batches(args, device)
     counter = 0
 
@@ -205,6 +256,10 @@ def run_benchmark(args: argparse.Namespace) -> dict:
             'steps_timed': len(ms),
             'images_per_s': args.batch_size / (statistics.median(ms) / 1000.0),
         }
+    encoder = variants.pop(ENCODER, None)
+    if encoder is not None:
+        for name, v in variants.items():
+            v['x_encoder'] = v['median_ms'] / encoder['median_ms']
     ratios = {}
     for pair in args.pairs:
         base, ifnd = PAIRS[pair]
@@ -221,8 +276,18 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         'torch': torch.__version__,
         'settings': settings,
         'variants': variants,
+        'encoder': encoder,
         'ratios': ratios,
     }
+
+
+def speed_options(settings: dict) -> str:
+    """The speed options that were on, as ', AMP, channels_last, ...' (empty when none)."""
+    names = [('amp', 'AMP'), ('channels_last', 'channels_last'), ('fused', 'fused SGD')]
+    on = [label for key, label in names if settings.get(key)]
+    if settings.get('compile'):
+        on.append(f"torch.compile ({settings['compile_backend']})")
+    return ''.join(f', {label}' for label in on)
 
 
 def markdown_table(result: dict) -> str:
@@ -234,14 +299,18 @@ def markdown_table(result: dict) -> str:
         f"batch {s['batch_size']} x 2 views, {s['image_size']}px, queue {s['queue_len']}, "
         f"{len(s['num_clusters'])} label levels ({s['accepted']:.0%} accepted), "
         f"median of {s['repeats']} x {s['steps']} interleaved steps after {s['warmup']} warm-up"
-        f"{', AMP' if s['amp'] else ''}",
+        f"{speed_options(s)}",
         '',
-        '| Variant | ms/step (median) | min | max | images/s |',
-        '|---|---:|---:|---:|---:|',
+        '| Variant | ms/step (median) | min | max | images/s | x encoder |',
+        '|---|---:|---:|---:|---:|---:|',
     ]
-    for name, v in result['variants'].items():
+    rows = dict(result['variants'])
+    if result.get('encoder'):
+        rows[f'{ENCODER} (fwd+bwd, 2 x batch)'] = dict(result['encoder'], x_encoder=1.0)
+    for name, v in rows.items():
+        times = v.get('x_encoder')
         lines.append(f"| {name} | {v['median_ms']:.1f} | {v['min_ms']:.1f} | {v['max_ms']:.1f} | "
-                     f"{v['images_per_s']:.1f} |")
+                     f"{v['images_per_s']:.1f} | {'-' if times is None else f'{times:.2f}'} |")
     lines += ['', '| Ratio | of medians | median of per-round ratios |', '|---|---:|---:|']
     for name, r in result['ratios'].items():
         lines.append(f"| {name} | {r['ratio_of_medians']:.3f} | {r['median_paired_ratio']:.3f} |")

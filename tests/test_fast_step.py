@@ -244,3 +244,24 @@ def test_unaccepted_batch_is_exactly_instance_discrimination(mode):
         loss.backward()
         grads.append((loss.detach(), leaf.grad))
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+def test_step_cost_benchmark_speed_options_and_encoder_row(capsys):
+    import importlib.util
+    path = osp.join(osp.dirname(__file__), '..', 'benchmarks', 'step_cost.py')
+    spec = importlib.util.spec_from_file_location('step_cost_bench', path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.main(['--pairs', 'simclr', '--batch-size', '4', '--image-size', '8',
+                         '--neck-hidden', '16', '--out-dim', '8', '--num-samples', '64',
+                         '--warmup', '0', '--repeats', '1', '--threads', '1', '--device', 'cpu',
+                         '--channels-last', '--fused', '--compile', '--compile-backend', 'eager'])
+    text = capsys.readouterr().out
+    assert 'channels_last, fused SGD, torch.compile (eager)' in text
+    assert '| Encoder (fwd+bwd, 2 x batch) |' in text
+    encoder = result['encoder']['median_ms']
+    for name in ('SimCLR', 'IFND'):
+        v = result['variants'][name]
+        assert v['x_encoder'] == pytest.approx(v['median_ms'] / encoder)
+    with pytest.raises(SystemExit, match='--amp needs a CUDA device'):
+        bench.main(['--amp', '--device', 'cpu', '--pairs', 'simclr', '--num-samples', '64'])

@@ -165,7 +165,7 @@ def _label_masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional
                       mode: str, with_instance: bool = False):
     """Per-anchor loss ``[A]`` of ``mode`` averaged over label levels, one label mask per level.
 
-    Equals ``masked_info_nce`` with the masks of ``label_masks`` (the reference, kept for tests)
+    Equals ``masked_info_nce`` with the masks of ``label_masks`` (the general mask form)
     but makes one boolean and one float ``[A, C]`` temporary per level: the positive is the single
     column ``positive_index``, the excluded columns are filled with -inf once, and the label
     equality is fused into the logits with ``masked_fill``. With ``with_instance`` it also returns
