@@ -92,6 +92,7 @@ def test_lars_schedule_excludes_bn_and_bias_and_matches_the_lars_update():
     torch.manual_seed(0)
     cfg = _schedule('lars_coslr_1000e.py')
     assert cfg.auto_scale_lr == dict(base_batch_size=256, enable=True)  # lr = 0.3 x batch / 256
+    assert cfg.param_scheduler[1].type == 'CosineAnnealingLR' and cfg.train_cfg.max_epochs == 1000
     model = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK))
     wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     opt = wrapper.optimizer
