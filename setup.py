@@ -17,7 +17,6 @@ setup(
         'torch>=2.1',
         'torchvision>=0.16',
         'mmengine>=0.10,<0.11',
-        'mmcv-lite>=2.0',
         'timm>=0.9',
         'numpy>=1.24',
         'scikit-learn>=1.3',

@@ -155,10 +155,21 @@ class ContrastiveDataset(Dataset):
         img = self._read_image(int(self.indices[i]))
         return img if img.mode == 'RGB' else img.convert('RGB')
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
+    def __getitem__(self, i: int | tuple[int, int]) -> dict[str, Any]:
+        seed = None
+        if isinstance(i, tuple):  # (index, augmentation seed) from SeededSampler
+            i, seed = i
         if i < 0:
             i += len(self)
-        views = self.pipeline(self.load_image(i))
+        img = self.load_image(i)
+        if seed is None:
+            views = self.pipeline(img)
+        else:
+            # The views draw from torch's generator: seed it for this sample alone, leaving the
+            # caller's stream (the training process's, when there are no loader workers) as it was.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                views = self.pipeline(img)
         if isinstance(views, torch.Tensor):
             views = [views]
         return {'inputs': list(views), 'index': int(i), 'label': int(self.labels[i])}
