@@ -181,3 +181,24 @@ def test_jpeg_files_decoded_and_augmented_in_batches(tmp_path):
     batch = batch_collate(ds.__getitems__(list(range(len(ds)))))
     with pytest.raises(CorruptImageError, match=r"broken\.jpg.*remove or replace"):
         ContrastiveDataPreprocessor()(batch, True)
+
+
+def test_throughput_benchmark_configs(tmp_path):
+    """The benchmark's generated tools/train.py configs select the asked augmentation and loader."""
+    import importlib.util
+
+    from mmengine.config import Config
+    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'benchmarks', 'throughput.py')
+    spec = importlib.util.spec_from_file_location('bench_throughput', path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = bench.parse_args(['--iters', '4', '--warmup', '1', '--workers', '3'])
+    digits = Config.fromfile(bench.write_config(str(tmp_path / 'd.py'), 'digits', 'device', args, ''))
+    assert digits.train_dataloader.dataset.augment_on == 'device' and digits.train_dataloader.num_workers == 0
+    assert digits.train_cfg.max_iters == 5 and digits.custom_hooks == []
+    jpeg = Config.fromfile(bench.write_config(str(tmp_path / 'j.py'), 'jpeg', 'cpu', args, str(tmp_path)))
+    assert jpeg.train_dataloader.dataset.type == 'ImageFolder' and jpeg.train_dataloader.num_workers == 3
+    assert 'split' not in jpeg.train_dataloader.dataset
+    rows = [dict(data='digits', augment_on=a, ms_per_iter=t, images_per_s=64000 / t, data_share=0.5)
+            for a, t in (('cpu', 200.0), ('device', 100.0))]
+    assert '| digits | device | 100.0 | 640 | 50% | 2.00x |' in bench.markdown_table(rows)

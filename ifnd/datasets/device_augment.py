@@ -137,9 +137,12 @@ def decode_images(encoded: Sequence[torch.Tensor], paths: Sequence[str] | None =
 
 
 def _decode_one(data: torch.Tensor, path: str, device: torch.device, jpeg: bool) -> torch.Tensor:
-    try:
-        if jpeg:
+    if jpeg and device.type != 'cpu':
+        try:
             return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:
+            pass  # e.g. a CMYK JPEG nvJPEG does not take: the CPU decoder may
+    try:
         return decode_image(data, mode=ImageReadMode.RGB).to(device)
     except RuntimeError as e:
         raise CorruptImageError(f"Cannot decode image '{path}' ({str(e).splitlines()[0]}); remove or replace the "
