@@ -32,6 +32,8 @@ setup(
     extras_require={
         # faiss on the GPU: install instead of faiss-cpu (pip uninstall faiss-cpu first).
         'faiss-gpu': ['faiss-gpu>=1.7.4'],
-        'tests': ['pytest>=7'],
+        # Views made on the training device (augment_on='device' in the dataset configs).
+        'device': ['kornia>=0.7'],
+        'tests': ['pytest>=7', 'kornia>=0.7'],
     },
 )
