@@ -27,8 +27,7 @@ def _config(tmp_path) -> str:
                         max_epochs=EPOCHS, batch_size=32,
                         pseudo_labels=dict(num_clusters=[10, 30], interval=1,
                                            kmeans=dict(nredo=1, niter=10)))
-    cfg.train_dataloader.update(num_workers=2, persistent_workers=True,
-                                sampler=dict(type='SeededSampler', shuffle=True))
+    cfg.train_dataloader.update(num_workers=2, persistent_workers=True)  # the config's SeededSampler
     cfg.train_dataloader.dataset.subset_fraction = 0.25  # 337 images, 10 iterations an epoch
     cfg.param_scheduler = dict(type='CosineAnnealingLR', T_max=EPOCHS, by_epoch=True)
     cfg.custom_hooks.append(dict(type='FaultInjectionHook'))
@@ -36,6 +35,28 @@ def _config(tmp_path) -> str:
     path = str(tmp_path / 'cfg.py')
     cfg.dump(path)
     return path
+
+
+def test_views_depend_on_seed_epoch_and_index_only():
+    """The same batches with 0 or 2 loader workers; another epoch gives other views."""
+    from mmengine.registry import init_default_scope
+    from torch.utils.data import DataLoader
+
+    from ifnd.registry import DATA_SAMPLERS, DATASETS
+    init_default_scope('ifnd')
+    dataset = DATASETS.build(dict(type='Digits', split='train', subset_fraction=0.05, pipeline=dict(
+        type='MultiView', num_views=2, transforms=dict(type='ContrastiveView', size=16, scale=(0.2, 1.0)))))
+    sampler = DATA_SAMPLERS.build(dict(type='SeededSampler', dataset=dataset, shuffle=True, seed=3))
+
+    def epoch(number: int, workers: int) -> list:
+        sampler.set_epoch(number)
+        return [torch.cat(b['inputs']) for b in DataLoader(dataset, 16, sampler=sampler, num_workers=workers)]
+
+    torch.manual_seed(0)
+    in_process = epoch(1, 0)
+    torch.manual_seed(1)  # the training process's generator plays no part
+    _assert_same(epoch(1, 2), in_process)
+    assert not torch.equal(epoch(2, 0)[0], in_process[0])
 
 
 def _train(cfg_path: str, work_dir, fault: str = '', resume: bool = False) -> subprocess.CompletedProcess:

@@ -204,7 +204,8 @@ class ContrastiveDataset(Dataset):
         """Items ``indices``; for device augmentation one batch of raw images and the pipeline to apply."""
         if self.device_pipeline is None:
             return [self[i] for i in indices]
-        idx = np.asarray(indices, dtype=np.int64)
+        # SeededSampler's seeds are for views made here; device views draw from the device's generator.
+        idx = np.asarray([i[0] if isinstance(i, tuple) else i for i in indices], dtype=np.int64)
         idx[idx < 0] += len(self)
         batch = self._raw_batch(idx)
         batch.update(index=torch.from_numpy(idx), label=torch.from_numpy(self.labels[idx]),

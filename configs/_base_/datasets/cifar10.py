@@ -10,7 +10,7 @@ train_dataloader = dict(
     num_workers=8,
     persistent_workers=True,
     drop_last=True,
-    sampler=dict(type='DefaultSampler', shuffle=True),
+    sampler=dict(type='SeededSampler', shuffle=True),  # per-sample augmentation seeds: exact resume
     collate_fn=dict(type='ifnd.batch_collate'),  # default_collate, or a whole batch from __getitems__
     dataset=dict(type='CIFAR10', data_root=data_root, split='train',
                  pipeline=dict(type='MultiView', num_views=2, transforms=view),
