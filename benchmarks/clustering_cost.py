@@ -278,14 +278,18 @@ def markdown_table(result: dict) -> str:
         f"random unit features of dim {s['dim']}, niter {s['niter']}, nredo {s['nredo']}, "
         f"max {s['max_points_per_centroid']} points/centroid, acceptance rate {s['rate']}, "
         f"median of {s['repeats']} round(s)"
-        + (f"; sharded rows: {s['world_size']} gloo processes on the CPU sharing the same cores, "
+        + (f"; sharded rows: {s['world_size']} gloo processes on this CPU, "
            f"{s['threads_per_process']} thread(s) each" if sharded else ''),
         '',
         '| Backend | N | k per level | k-means (s) | confidence + acceptance (s) | total (s) |'
         + (' processes | speed-up vs 1 process | same labels |' if sharded else ''),
         '|---|---:|---|---:|---:|---:|' + ('---:|---:|---|' if sharded else ''),
     ]
+    # Each sharded row right below the one-process rows of its configuration.
+    groups: dict = {}
     for r in result['rows']:
+        groups.setdefault((r['num_samples'], tuple(r['ks'])), []).append(r)
+    for r in (row for group in groups.values() for row in group):
         ks = ', '.join(map(str, r['ks']))
         line = (f"| {r['backend']} | {r['num_samples']} | {ks} | {_seconds(r['kmeans_s'])} | "
                 f"{_seconds(r['confidence_s'])} | {_seconds(r['total_s'])} |")
