@@ -73,9 +73,10 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
 
 
 def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--model-name`` and ``--cifar-stem``: the backbone of files that carry no model config."""
+    """``--model-name`` and ``--cifar-stem``: override the backbone a checkpoint carries or implies."""
     parser.add_argument('--model-name',
-                        help='timm backbone name, for checkpoints that carry no model config')
+                        help='timm backbone name; needed only when the weights leave it open '
+                        '(default: the checkpoint\'s config, else the ResNet its weights describe)')
     parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
                         help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
 
