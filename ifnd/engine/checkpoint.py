@@ -2,6 +2,7 @@
 import glob
 import os
 import pickle
+import re
 import tempfile
 from pathlib import Path
 
@@ -112,13 +113,22 @@ def read_checkpoint(filename: str, map_location='cpu') -> dict:
         raise FileNotFoundError(f'checkpoint not found: {filename}')
     try:
         with torch.serialization.safe_globals(mmengine_checkpoint_globals()):
-            return _load_checkpoint(filename, map_location=map_location)
+            checkpoint = _load_checkpoint(filename, map_location=map_location)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as err:
         if 'Weights only load failed' in str(err):
-            raise  # a file asking to run code: torch's message explains it
+            # e.g. solo-learn's or VISSL's hyper-parameters as OmegaConf/AttrDict objects.
+            found = re.search(r'GLOBAL (\S+)', str(err))
+            raise ValueError(
+                f'{filename} holds Python objects that safe (weights_only) loading refuses'
+                f'{" (" + found.group(1) + ")" if found else ""}. If you trust the file, keep its '
+                "weights alone: python -c \"import torch; c = torch.load('IN', weights_only=False); "
+                "torch.save({'state_dict': c['state_dict']}, 'OUT')\" and pass OUT") from None
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f'checkpoint {filename} is truncated or corrupt ({reason}); use an earlier '
                          'checkpoint of the run (--resume PATH/epoch_N.pth) or copy the file again') from err
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f'{filename} holds a {type(checkpoint).__name__}, not a state dict or checkpoint')
+    return checkpoint
 
 
 def check_state_fits(model: torch.nn.Module, state: dict, filename: str) -> None:

@@ -7,7 +7,6 @@ have their ResNet architecture read from the weights' keys and shapes
 (:func:`infer_backbone_config`).
 """
 import copy
-import pickle
 import re
 
 import timm
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.model import BaseModel
 
-from ifnd.engine.checkpoint import mmengine_checkpoint_globals
+from ifnd.engine.checkpoint import read_checkpoint as load_checkpoint_file  # the tools' name for it
 from ifnd.registry import MODELS
 
 # (where, key prefix of the backbone inside the state dict), tried in this order; the first prefix
@@ -73,26 +72,6 @@ class Encoder(BaseModel):
         """Backbone features of the first view."""
         views = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
         return self.extract_feat(views)
-
-
-def load_checkpoint_file(path: str) -> dict:
-    """A checkpoint loaded with ``weights_only=True`` (mmengine's plain-data state allowed)."""
-    try:
-        with torch.serialization.safe_globals(mmengine_checkpoint_globals()):
-            obj = torch.load(path, map_location='cpu', weights_only=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f'checkpoint not found: {path}') from None
-    except pickle.UnpicklingError as err:
-        # e.g. solo-learn's or VISSL's hyper-parameters as OmegaConf/AttrDict objects.
-        found = re.search(r'GLOBAL (\S+)', str(err))
-        raise ValueError(
-            f'{path} holds Python objects that safe (weights_only) loading refuses'
-            f'{" (" + found.group(1) + ")" if found else ""}. If you trust the file, keep its '
-            "weights alone: python -c \"import torch; c = torch.load('IN', weights_only=False); "
-            "torch.save({'state_dict': c['state_dict']}, 'OUT')\" and pass OUT") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f'{path} holds a {type(obj).__name__}, not a state dict or checkpoint')
-    return obj
 
 
 def _tensors(mapping) -> dict[str, torch.Tensor]:
