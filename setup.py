@@ -17,7 +17,6 @@ setup(
         'torch>=2.1',
         'torchvision>=0.16',
         'mmengine>=0.10,<0.11',
-        'mmcv-lite>=2.0',
         'timm>=0.9',
         'numpy>=1.24',
         'scikit-learn>=1.3',
@@ -33,6 +32,8 @@ setup(
     extras_require={
         # faiss on the GPU: install instead of faiss-cpu (pip uninstall faiss-cpu first).
         'faiss-gpu': ['faiss-gpu>=1.7.4'],
-        'tests': ['pytest>=7'],
+        # Views made on the training device (augment_on='device' in the dataset configs).
+        'device': ['kornia>=0.7'],
+        'tests': ['pytest>=7', 'kornia>=0.7'],
     },
 )

@@ -7,10 +7,16 @@ One round is what PseudoLabelHook does once the features are extracted: multi-le
 over the training set and does not depend on k. Features are random L2-normalised vectors;
 with a fixed number of Lloyd iterations the cost does not depend on how clustered they are.
 
+``--world-size W`` also runs every torch configuration sharded over W gloo processes on the CPU
+(each holds 1/W of the features; k-means all-reduces per-centroid sums, κ per shard, only the
+per-sample assignments and κ are gathered), in the same run, and reports the speed-up against
+one process and whether the accepted labels are identical.
+
 Example::
 
     python benchmarks/clustering_cost.py --num-samples 10000 50000 \\
         --ks 10,30,100 100,300,1000 --backends faiss torch --out clustering.json
+    python benchmarks/clustering_cost.py --backends torch --world-size 2 --threads 2
 """
 from __future__ import annotations
 
@@ -19,13 +25,17 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from typing import Sequence
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from ifnd.clustering import accept_labels, confidence, multi_level_kmeans
+from ifnd.engine.features import gather_shards, shard_index
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
 from common import HelpFormatter, describe_device, resolve_device, synchronize  # noqa: E402
@@ -80,7 +90,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         'live; the torch backend and the confidence run there, faiss uses its '
                         'GPU build when present')
     parser.add_argument('--threads', type=int, default=None,
-                        help='CPU threads for torch and faiss (default: their own)')
+                        help='CPU threads for torch and faiss (default: their own); with '
+                        '--world-size W each sharded process gets threads // W')
+    parser.add_argument('--world-size', type=int, default=1,
+                        help='also run the torch backend sharded over this many gloo processes '
+                        'on the CPU (1: no sharded runs)')
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--out', default=None, help='also write the results as JSON here')
     args = parser.parse_args(argv)
@@ -89,6 +103,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error('--num-samples, --dim, --niter, --nredo and --repeats must be >= 1')
     if not 0.0 <= args.rate <= 1.0:
         parser.error('--rate must be in [0, 1]')
+    if args.world_size < 1:
+        parser.error('--world-size must be >= 1')
+    if args.world_size > 1 and 'torch' not in args.backends:
+        parser.error('--world-size > 1 shards the torch backend: include torch in --backends')
+    if args.world_size > 1 and resolve_device(args.device).type != 'cpu':
+        parser.error('--world-size > 1 spawns gloo processes on the CPU: pass --device cpu')
+    # The sharded processes share the cores of the one-process run.
+    args.threads_per_process = max(1, (args.threads or torch.get_num_threads()) // args.world_size)
     available = available_backends()
     missing = [b for b in args.backends if b not in available]
     if missing:
@@ -114,27 +136,76 @@ def faiss_note() -> str:
 
 
 def clustering_round(feats: torch.Tensor, ks: Sequence[int], backend: str, args: argparse.Namespace,
-                     seed: int) -> dict:
-    """Time one round as PseudoLabelHook runs it: k-means, then confidence and acceptance."""
+                     seed: int, num: int | None = None) -> dict:
+    """Time one round as PseudoLabelHook runs it: k-means, then confidence and acceptance.
+
+    ``num``: the features are this process's shard of ``num`` (sharded round, torch backend).
+    """
     device = feats.device
+    index = None if num is None else shard_index(num).to(device)
     synchronize(device)
     tic = time.perf_counter()
     results = multi_level_kmeans(feats, ks, seed=seed, backend=backend, niter=args.niter,
                                  nredo=args.nredo,
                                  max_points_per_centroid=args.max_points_per_centroid,
-                                 min_points_per_centroid=args.min_points_per_centroid)
+                                 min_points_per_centroid=args.min_points_per_centroid,
+                                 sample_index=index)
     synchronize(device)
     kmeans_s = time.perf_counter() - tic
     tic = time.perf_counter()
-    accepted = 0
+    accepted, labels = 0, []
     for res in results:
         kappa = confidence(feats, res.centroids, res.assignments, args.temperature)
-        labels, _ = accept_labels(res.assignments, kappa, args.rate)
-        accepted += int((labels >= 0).sum())
+        assignments = res.assignments if num is None else gather_shards(res.assignments, num)
+        kappa = kappa if num is None else gather_shards(kappa, num)
+        labels.append(accept_labels(assignments, kappa, args.rate)[0])
+        accepted += int((labels[-1] >= 0).sum())
     synchronize(device)
     confidence_s = time.perf_counter() - tic
     return {'kmeans_s': kmeans_s, 'confidence_s': confidence_s,
-            'total_s': kmeans_s + confidence_s, 'accepted': accepted}
+            'total_s': kmeans_s + confidence_s, 'accepted': accepted,
+            'labels': torch.stack(labels).cpu()}
+
+
+def _summary(rounds: list[dict], backend: str, n: int, ks: Sequence[int], processes: int) -> dict:
+    row = {'backend': backend, 'processes': processes, 'num_samples': n, 'ks': list(ks)}
+    for key in ('kmeans_s', 'confidence_s', 'total_s'):
+        row[key] = statistics.median(r[key] for r in rounds)
+    row['accepted_per_level'] = rounds[-1]['accepted'] / len(ks)
+    print(f"  {backend:5s} x{processes} N={n:>8d} ks={','.join(map(str, ks)):<16s} "
+          f"k-means {row['kmeans_s']:.2f}s confidence {row['confidence_s']:.3f}s",
+          file=sys.stderr, flush=True)
+    return row
+
+
+def _sharded_worker(rank: int, port: int, args: argparse.Namespace, data_path: str,
+                    out_path: str) -> None:
+    """One of ``world_size`` gloo processes: every configuration on this rank's shard."""
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(args.threads_per_process)
+    dist.init_process_group('gloo', rank=rank, world_size=args.world_size)
+    data = torch.load(data_path, weights_only=True)
+    part = lambda x: x[shard_index(len(x))].contiguous()  # noqa: E731
+    clustering_round(part(data['warm']), [2], 'torch', args, args.seed, len(data['warm']))
+    out = {}
+    for n in args.num_samples:
+        feats = part(data[n])
+        for ks in args.ks:
+            rounds = []
+            for r in range(args.repeats):
+                dist.barrier()  # every rank starts the round together
+                rounds.append(clustering_round(feats, ks, 'torch', args, args.seed + 7919 * r, n))
+            out[(n, tuple(ks))] = rounds
+    if rank == 0:
+        torch.save({str(key): value for key, value in out.items()}, out_path)
+    dist.barrier()  # no rank exits while another still talks to it
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 
 def run_benchmark(args: argparse.Namespace) -> dict:
@@ -147,24 +218,22 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     device = resolve_device(args.device)
     g = torch.Generator().manual_seed(args.seed)
     # One untimed tiny round per backend first: library start-up is not a clustering cost.
-    warm = F.normalize(torch.randn(256, args.dim, generator=g), dim=1).to(device)
+    data = {'warm': F.normalize(torch.randn(256, args.dim, generator=g), dim=1)}
     for backend in args.backends:
-        clustering_round(warm, [2], backend, args, args.seed)
-    rows = []
+        clustering_round(data['warm'].to(device), [2], backend, args, args.seed)
+    rows, single_labels = [], {}
     for n in args.num_samples:
-        feats = F.normalize(torch.randn(n, args.dim, generator=g), dim=1).to(device)
+        data[n] = F.normalize(torch.randn(n, args.dim, generator=g), dim=1)
+        feats = data[n].to(device)
         for ks in args.ks:
             for backend in args.backends:
                 rounds = [clustering_round(feats, ks, backend, args, args.seed + 7919 * r)
                           for r in range(args.repeats)]
-                row = {'backend': backend, 'num_samples': n, 'ks': list(ks)}
-                for key in ('kmeans_s', 'confidence_s', 'total_s'):
-                    row[key] = statistics.median(r[key] for r in rounds)
-                row['accepted_per_level'] = rounds[-1]['accepted'] / len(ks)
-                rows.append(row)
-                print(f"  {backend:5s} N={n:>8d} ks={','.join(map(str, ks)):<16s} "
-                      f"k-means {row['kmeans_s']:.2f}s confidence {row['confidence_s']:.3f}s",
-                      file=sys.stderr, flush=True)
+                rows.append(_summary(rounds, backend, n, ks, 1))
+                if backend == 'torch':
+                    single_labels[(n, tuple(ks))] = (rows[-1], rounds[-1]['labels'])
+    if args.world_size > 1:
+        rows += _sharded_rows(args, data, single_labels)
     settings = {key: value for key, value in vars(args).items() if key != 'out'}
     return {
         'benchmark': 'clustering_cost',
@@ -176,27 +245,59 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     }
 
 
+def _sharded_rows(args: argparse.Namespace, data: dict, single: dict) -> list[dict]:
+    """The torch configurations again, sharded over ``world_size`` spawned gloo processes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data_path, out_path = os.path.join(tmp, 'features.pt'), os.path.join(tmp, 'rounds.pt')
+        torch.save(data, data_path)
+        mp.spawn(_sharded_worker, args=(_free_port(), args, data_path, out_path),
+                 nprocs=args.world_size, join=True)
+        out = torch.load(out_path, weights_only=True)
+    rows = []
+    for (n, ks), (one, labels) in single.items():
+        rounds = out[str((n, ks))]
+        row = _summary(rounds, 'torch', n, ks, args.world_size)
+        row['speedup'] = one['total_s'] / row['total_s']
+        # The same seeds as the one-process rounds: the labels must match.
+        row['same_labels'] = bool(rounds[-1]['labels'].equal(labels))
+        rows.append(row)
+    return rows
+
+
 def _seconds(value: float) -> str:
     # Three significant digits: tiny stages stay visible, large ones keep two decimals.
     return f'{value:#.3g}' if value < 100 else f'{value:.1f}'
 
 
 def markdown_table(result: dict) -> str:
-    """The results as a Markdown table, one row per (backend, N, ks)."""
+    """The results as a Markdown table, one row per (backend, processes, N, ks)."""
     s = result['settings']
+    sharded = s.get('world_size', 1) > 1
     lines = [
         f"Clustering round on {result['device']}; {result['faiss']} (torch {result['torch']}): "
         f"random unit features of dim {s['dim']}, niter {s['niter']}, nredo {s['nredo']}, "
         f"max {s['max_points_per_centroid']} points/centroid, acceptance rate {s['rate']}, "
-        f"median of {s['repeats']} round(s)",
+        f"median of {s['repeats']} round(s)"
+        + (f"; sharded rows: {s['world_size']} gloo processes on this CPU, "
+           f"{s['threads_per_process']} thread(s) each" if sharded else ''),
         '',
-        '| Backend | N | k per level | k-means (s) | confidence + acceptance (s) | total (s) |',
-        '|---|---:|---|---:|---:|---:|',
+        '| Backend | N | k per level | k-means (s) | confidence + acceptance (s) | total (s) |'
+        + (' processes | speed-up vs 1 process | same labels |' if sharded else ''),
+        '|---|---:|---|---:|---:|---:|' + ('---:|---:|---|' if sharded else ''),
     ]
+    # Each sharded row right below the one-process rows of its configuration.
+    groups: dict = {}
     for r in result['rows']:
+        groups.setdefault((r['num_samples'], tuple(r['ks'])), []).append(r)
+    for r in (row for group in groups.values() for row in group):
         ks = ', '.join(map(str, r['ks']))
-        lines.append(f"| {r['backend']} | {r['num_samples']} | {ks} | {_seconds(r['kmeans_s'])} | "
-                     f"{_seconds(r['confidence_s'])} | {_seconds(r['total_s'])} |")
+        line = (f"| {r['backend']} | {r['num_samples']} | {ks} | {_seconds(r['kmeans_s'])} | "
+                f"{_seconds(r['confidence_s'])} | {_seconds(r['total_s'])} |")
+        if sharded:
+            extra = (f" {r['speedup']:.2f}x | {'yes' if r['same_labels'] else 'NO'} |"
+                     if 'speedup' in r else ' | |')
+            line += f" {r['processes']} |" + extra
+        lines.append(line)
     return '\n'.join(lines)
 
 

@@ -1,7 +1,7 @@
 """Collectives that degrade to identities in a single process."""
 import torch
 import torch.distributed as torch_dist
-from mmengine.dist import all_gather, get_rank, get_world_size, is_distributed
+from mmengine.dist import all_gather, all_reduce, get_rank, get_world_size, is_distributed
 
 
 class _GatherWithGrad(torch.autograd.Function):
@@ -33,3 +33,10 @@ def gather_no_grad(x: torch.Tensor) -> torch.Tensor:
     if not is_distributed() or get_world_size() == 1:
         return x.detach()
     return torch.cat(all_gather(x.detach().contiguous()), dim=0)
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum ``x`` in place over all ranks and return it (``x`` unchanged in one process)."""
+    if is_distributed() and get_world_size() > 1:
+        all_reduce(x)
+    return x

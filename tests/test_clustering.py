@@ -1,4 +1,5 @@
 """k-means backends, confidence, concentration and acceptance against direct computations."""
+import importlib
 import math
 import sys
 
@@ -9,10 +10,12 @@ import torch.nn.functional as F
 from sklearn.metrics import adjusted_rand_score
 
 from ifnd.clustering import (KMeansResult, accept_labels, acceptance_rate, assign_by_cosine,
-                             cluster_confidence, confidence, kmeans, multi_level_kmeans,
-                             pcl_concentration)
+                             choose_backend, cluster_confidence, confidence, kmeans,
+                             multi_level_kmeans, pcl_concentration, resolve_backend)
 
 faiss = pytest.importorskip('faiss')
+# The module (ifnd.clustering's attribute `kmeans` is the function of that name).
+kmeans_module = importlib.import_module('ifnd.clustering.kmeans')
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -73,6 +76,44 @@ def test_torch_kmeans_deterministic_subsampled_and_auto():
     dup = np.repeat(x[:4], 10, axis=0)
     res = kmeans(dup, 4, backend='torch', nredo=1, min_points_per_centroid=1)
     assert adjusted_rand_score(np.repeat(np.arange(4), 10), res.assignments.numpy()) == 1.0
+
+
+@pytest.mark.parametrize('device, faiss_gpu, installed, expected', [
+    ('cuda:0', True, True, 'faiss'),  # faiss's GPU build on the GPU
+    ('cuda:1', False, True, 'torch'),  # faiss-cpu only: PyTorch on the GPU beats faiss on the CPU
+    ('cuda', False, False, 'torch'),
+    ('mps', False, True, 'torch'),  # other accelerators: faiss has no build for them
+    ('cpu', False, True, 'faiss'),
+    ('cpu', False, False, 'torch'),  # faiss not installed
+])
+def test_choose_backend(device, faiss_gpu, installed, expected):
+    assert choose_backend(torch.device(device), faiss_gpu, installed) == expected
+    assert choose_backend(device, faiss_gpu, installed) == expected
+
+
+def test_resolve_backend_and_result_device(monkeypatch):
+    monkeypatch.setattr(kmeans_module, 'faiss_gpu_available', lambda: True)
+    assert resolve_backend('auto', 'cuda:0') == 'faiss'
+    monkeypatch.setattr(kmeans_module, 'faiss_gpu_available', lambda: False)
+    assert resolve_backend('auto', 'cuda:0') == 'torch'
+    assert resolve_backend('auto', 'cpu') == 'faiss'
+    assert resolve_backend('torch', 'cpu') == 'torch'
+    with pytest.raises(ValueError, match='unknown k-means backend'):
+        resolve_backend('sklearn', 'cpu')
+    x, _ = _blobs(num_blobs=2, per_blob=10, dim=4)
+    for backend in ('faiss', 'torch'):
+        res = kmeans(x, 2, backend=backend, device='cpu', nredo=1, min_points_per_centroid=1)
+        assert (res.backend, res.device, res.num_shards) == (backend, 'cpu', 1)
+    with pytest.raises(ValueError, match='sharded k-means'):
+        kmeans(x, 2, backend='faiss', sample_index=torch.arange(len(x)))
+    with pytest.raises(ValueError, match='sample_index must be'):
+        kmeans(x, 2, sample_index=torch.arange(3))
+    # One process given its "shard" (everything, shuffled): the same as the plain torch run.
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    plain = kmeans(x, 2, backend='torch', nredo=2, min_points_per_centroid=1)
+    shard = kmeans(x[perm.numpy()], 2, nredo=2, min_points_per_centroid=1, sample_index=perm)
+    assert shard.centroids.equal(plain.centroids) and shard.backend == 'torch'
+    assert shard.assignments.equal(plain.assignments[perm])
 
 
 def test_kmeans_errors_and_warnings(monkeypatch):

@@ -1,4 +1,4 @@
-"""Two gloo processes give the same pseudo labels, loss and gradients as one process."""
+"""Two gloo processes give the same pseudo labels, loss, gradients and MoCo queue as one process."""
 import os
 import types
 
@@ -21,10 +21,20 @@ EVAL_VIEW = dict(type='EvalView', size=16)
 def _build(model_type: str) -> torch.nn.Module:
     init_default_scope('ifnd')
     torch.manual_seed(0)
-    model = MODELS.build(dict(type=model_type, temperature=0.5, backbone=TINY_BACKBONE, neck=TINY_NECK))
+    moco = 'MoCo' in model_type
+    extra = dict(queue_len=32, bn_splits=WORLD_SIZE) if moco else {}
+    model = MODELS.build(dict(type=model_type, temperature=0.5, backbone=TINY_BACKBONE, neck=TINY_NECK,
+                              **extra))
     # BN in eval mode normalises each sample alone, so shards and the whole batch agree exactly;
     # what is compared is the cross-process gathering of the contrastive loss.
-    return model.eval()
+    model.eval()
+    if moco:
+        # The key encoder's BN normalises with the statistics of its shuffled sub-batch, so the
+        # keys are right only if the cross-process shuffle gives each rank the sub-batch that
+        # one process gives each of its bn_splits chunks.
+        model.momentum_backbone.train()
+        model.momentum_neck.train()
+    return model
 
 
 def _batch() -> tuple[list[torch.Tensor], dict]:
@@ -46,11 +56,13 @@ def _pseudo_label_round(model: torch.nn.Module, work_dir: str) -> torch.Tensor:
     return model.label_bank.labels.clone()
 
 
-def _loss_and_grads(model, views, samples) -> tuple[float, dict]:
+def _loss_and_grads(model, views, samples) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
     model.zero_grad()
+    torch.manual_seed(2)  # MoCo's key shuffle: rank 0 draws it as one process does
     loss = model.loss(views, samples)['loss']
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, getattr(model, 'queue', None)
 
 
 def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
@@ -60,34 +72,36 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
     # The group is left to process exit: destroy_process_group() followed by exit sometimes
     # aborts inside gloo ('terminate called without an active exception').
     model = _build(model_type)
-    labels = _pseudo_label_round(model, out_dir) if model_type == 'IFND' else None
+    labels = _pseudo_label_round(model, out_dir) if model_type.startswith('IFND') else None
     views, samples = _batch()
     shard = slice(rank * GLOBAL_BATCH // WORLD_SIZE, (rank + 1) * GLOBAL_BATCH // WORLD_SIZE)
-    loss, grads = _loss_and_grads(model, [v[shard] for v in views],
+    loss, grads, queue = _loss_and_grads(model, [v[shard] for v in views],
                                   {k: v[shard] for k, v in samples.items()})
     # What DDP does: average the losses and the gradients over the processes.
     dist.all_reduce(loss)
     for grad in grads.values():
         dist.all_reduce(grad)
     if rank == 0:
-        torch.save({'loss': loss / WORLD_SIZE, 'labels': labels,
+        torch.save({'loss': loss / WORLD_SIZE, 'labels': labels, 'queue': queue,
                     'grads': {k: g / WORLD_SIZE for k, g in grads.items()}},
                    os.path.join(out_dir, 'dist.pt'))
     dist.barrier()  # no rank exits while another still talks to it
 
 
-@pytest.mark.parametrize('model_type', ['SimCLR', 'IFND'])
+@pytest.mark.parametrize('model_type', ['SimCLR', 'IFND', 'MoCoV2', 'IFNDMoCo'])
 def test_two_processes_match_one(tmp_path, model_type):
     mp.spawn(_worker, args=(free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     got = torch.load(tmp_path / 'dist.pt', weights_only=True)
 
     model = _build(model_type)
-    if model_type == 'IFND':
+    if model_type.startswith('IFND'):
         labels = _pseudo_label_round(model, str(tmp_path))
         torch.testing.assert_close(got['labels'], labels, rtol=0, atol=0)
         assert (labels >= 0).float().mean().item() == pytest.approx(0.6, abs=0.01)
-    loss, grads = _loss_and_grads(model, *_batch())
+    loss, grads, queue = _loss_and_grads(model, *_batch())
     torch.testing.assert_close(got['loss'], loss, rtol=1e-5, atol=1e-6)
+    if queue is not None:  # the keys of both ranks, enqueued in rank order
+        torch.testing.assert_close(got['queue'], queue, rtol=1e-5, atol=1e-6)
     assert grads.keys() == got['grads'].keys()
     for name, grad in grads.items():
         torch.testing.assert_close(got['grads'][name], grad, rtol=1e-4, atol=1e-6, msg=name)

@@ -21,7 +21,8 @@ from ifnd.datasets import Digits, ImageFolder
 from ifnd.engine.features import unwrap_model
 from ifnd.evaluation import Accuracy
 from ifnd.models import load_encoder
-from ifnd.models.encoder import backbone_state
+from ifnd.models.backbones import TimmBackbone
+from ifnd.models.encoder import backbone_state, load_backbone_weights
 from ifnd.registry import DATASETS, HOOKS, METRICS, MODELS, RUNNERS
 
 TOOLS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools')
@@ -306,17 +307,19 @@ def test_moco_checkpoint_loads_and_mismatches_fail(tmp_path, moco_checkpoint):
     state = model.backbone.model.state_dict()
     assert set(state) == set(body)
     assert all(torch.equal(state[k], body[k]) for k in body)  # encoder_q, not encoder_k
-    with pytest.raises(ValueError) as err:
-        MODELS.build(dict(type='ImageClassifier', num_classes=5, pretrained=path,
-                          backbone=dict(type='TimmBackbone', model_name='resnet18')))
+    # A backbone that does not fit the weights is replaced by the one they describe.
+    other = MODELS.build(dict(type='ImageClassifier', num_classes=5, pretrained=path,
+                              backbone=dict(type='TimmBackbone', model_name='resnet18')))
+    assert other.backbone.model.state_dict()['conv1.weight'].equal(body['conv1.weight'])
+    with pytest.raises(ValueError) as err:  # loading into a given wrong backbone still fails loudly
+        load_backbone_weights(TimmBackbone('resnet18'), path)
     message = str(err.value)
     assert 'unexpected keys [' in message and 'layer1.0.conv3.weight' in message
     assert 'shape mismatches [' in message and 'conv1.weight' in message
-    # The tool needs the model name for files without a config, and round-trips them.
+    assert "'model_name': 'resnet50'" in message  # what the weights are
+    # The tool reads the architecture from the weights, and round-trips them.
     extract = _tool('extract_backbone')
-    with pytest.raises(ValueError, match='carries no model config'):
-        extract.main([path, str(tmp_path / 'no_name.pth')])
-    extract.main([path, str(tmp_path / 'r50.pth'), '--model-name', 'resnet50'])
+    extract.main([path, str(tmp_path / 'r50.pth')])
     saved = torch.load(tmp_path / 'r50.pth', weights_only=True)
     assert saved['meta']['model']['backbone']['model_name'] == 'resnet50'
     assert all(torch.equal(saved['state_dict'][k], body[k]) for k in body)

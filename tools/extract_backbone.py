@@ -3,12 +3,12 @@
 The output is ``{'state_dict': <timm key names>, 'meta': {'model': {'backbone': ...,
 'data_preprocessor': ...}}}``: plain tensors and Python data, so ``torch.load(weights_only=True)``
 and ``ifnd.models.load_encoder(OUT)`` read it without further arguments. The input is anything
-the encoder loader reads (a training checkpoint, a MoCo/PCL checkpoint, torchvision/timm
-weights); external files carry no model config and need ``--model-name`` (and ``--cifar-stem``
-for 28/32-pixel encoders).
+the encoder loader reads (a training checkpoint; MoCo, PCL, solo-learn, mmselfsup, VISSL,
+torchvision or timm weights); the ResNet of files without a model config is read from the
+weights, ``--model-name`` settles the names they leave open (e.g. resnet50d variants).
 
     python tools/extract_backbone.py work_dirs/ifnd_r50_200e_in1k/epoch_200.pth ifnd_r50.pth
-    python tools/extract_backbone.py moco_v2_200ep_pretrain.pth.tar moco_r50.pth --model-name resnet50
+    python tools/extract_backbone.py moco_v2_800ep_pretrain.pth.tar moco_r50.pth
 """
 from __future__ import annotations
 
@@ -28,21 +28,11 @@ from ifnd.models.encoder import (IMAGENET_PREPROCESSOR, checkpoint_model_config,
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(description='Save the backbone weights of a checkpoint.')
-    parser.add_argument('checkpoint', help='training checkpoint, MoCo/PCL checkpoint or ResNet weights')
+    parser.add_argument('checkpoint', help='training checkpoint, backbone file, or peer checkpoint '
+                        '(MoCo, PCL, solo-learn, mmselfsup, VISSL, torchvision/timm)')
     parser.add_argument('out', help='output file (.pth)')
     add_encoder_arguments(parser)
     return parser.parse_args(argv)
-
-
-def backbone_config(checkpoint: dict, model_name: str | None = None, **backbone_kwargs) -> dict:
-    """The ``TimmBackbone`` config of a checkpoint, with explicit settings applied on top."""
-    model_cfg = checkpoint_model_config(checkpoint) or {}
-    backbone = copy.deepcopy(dict(model_cfg.get('backbone') or dict(type='TimmBackbone')))
-    if model_name is not None:
-        backbone['model_name'] = model_name
-    backbone.update(backbone_kwargs)
-    backbone['pretrained'] = False  # the weights come from the checkpoint, never from timm's hub
-    return backbone
 
 
 def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = None,
@@ -58,7 +48,7 @@ def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = No
     state = {k: v.detach().clone().contiguous() for k, v in encoder.backbone.model.state_dict().items()}
     result = {
         'state_dict': state,
-        'meta': {'model': {'backbone': backbone_config(checkpoint, model_name, **kwargs),
+        'meta': {'model': {'backbone': _plain(encoder.backbone_cfg),
                            'data_preprocessor': _plain(preprocessor)},
                  'source': osp.abspath(checkpoint_path)},
     }

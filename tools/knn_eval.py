@@ -14,7 +14,7 @@ from mmengine.config import Config, DictAction
 from ifnd.engine import build_eval_dataset, extract_features
 from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device, write_json
 from ifnd.evaluation import knn_accuracy
-from ifnd.models.encoder import load_checkpoint_file, load_encoder
+from ifnd.models.encoder import checkpoint_model_config, load_checkpoint_file, load_encoder
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DATASET_CONFIG_DIR = osp.join(REPO, 'configs', '_base_', 'datasets')
@@ -27,8 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Weighted cosine kNN (InstDisc/DINO protocol) on frozen, L2-normalised backbone '
                     "features: the training split is the bank, the validation split the queries.")
-    parser.add_argument('checkpoint', help='training checkpoint, backbone file, or MoCo/PCL/torchvision/timm '
-                        'state dict')
+    parser.add_argument('checkpoint', help='training checkpoint, backbone file, or MoCo, PCL, solo-learn, '
+                        'mmselfsup, VISSL, torchvision/timm checkpoint')
     source = parser.add_mutually_exclusive_group()
     source.add_argument('--config', help="a training or dataset config giving the data (default: the "
                         "checkpoint's own training config)")
@@ -55,8 +55,10 @@ def source_config(args: argparse.Namespace) -> tuple[Config, str]:
         if not osp.isfile(path):
             raise SystemExit(f'Config file not found: {path}')
         return Config.fromfile(path), path
-    meta = load_checkpoint_file(args.checkpoint).get('meta') or {}
-    if not isinstance(meta.get('cfg'), str):
+    checkpoint = load_checkpoint_file(args.checkpoint)
+    meta = checkpoint.get('meta') or {}
+    # mmselfsup/mmpretrain files carry a config too, of models and data sets this project lacks.
+    if not isinstance(meta.get('cfg'), str) or checkpoint_model_config(checkpoint) is None:
         raise SystemExit(f'{args.checkpoint} carries no training config: give the data with --config FILE '
                          f'or --dataset {{{",".join(DATASETS)}}}')
     return Config.fromstring(meta['cfg'], '.py'), 'checkpoint config'

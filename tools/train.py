@@ -6,11 +6,11 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
-from ifnd.engine.cli import runner_config
+from ifnd.engine.cli import input_errors_as_messages, runner_config
 from ifnd.registry import RUNNERS
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(description='Train a contrastive model from a config.')
     parser.add_argument('config', help='config file, e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
@@ -26,7 +26,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher (pytorch = torchrun)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
 
@@ -37,11 +37,13 @@ def build_config(args: argparse.Namespace) -> Config:
                          args.launcher)
 
 
-def main() -> None:
-    """Build the runner and train."""
-    cfg = build_config(parse_args())
-    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
-    runner.train()
+def main(argv: list[str] | None = None) -> None:
+    """Build the runner and train; bad input ends with a one-line error."""
+    args = parse_args(argv)
+    with input_errors_as_messages():
+        cfg = build_config(args)
+        runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+        runner.train()
     last = osp.join(runner.work_dir, f'epoch_{runner.epoch}.pth')
     if osp.isfile(last):
         runner.logger.info(f'Checkpoint: {osp.abspath(last)}')

@@ -40,8 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split('\n\n')[0], epilog=__doc__.split('\n\n', 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('checkpoint', help='pre-trained checkpoint: a training checkpoint or '
-                        'backbone file of ours, a MoCo/PCL checkpoint (module.encoder_q.*) or '
-                        'torchvision/timm ResNet weights')
+                        'backbone file of ours, or a MoCo, PCL, solo-learn, mmselfsup, VISSL, '
+                        'torchvision/timm ResNet checkpoint')
     parser.add_argument('--config', default=DEFAULT_CONFIG,
                         help=f'transfer config (default: {DEFAULT_CONFIG}, R50-C4 2x)')
     parser.add_argument('--engine', choices=('auto',) + ENGINES, default='auto',
@@ -52,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         '(default: the config\'s, data/coco/); other names through --cfg-options')
     parser.add_argument('--work-dir', help='folder for logs, checkpoints and results '
                         '(default: work_dirs/coco/<config name>)')
-    parser.add_argument('--model-name', help='timm backbone name for checkpoints that carry no model '
-                        'config (MoCo, torchvision files); default: the config\'s (resnet50)')
+    parser.add_argument('--model-name', help='timm backbone name; needed only when the weights leave '
+                        'it open (default: the checkpoint\'s config, the config\'s backbone when it '
+                        'fits the weights, else the ResNet the weights describe)')
     parser.add_argument('--resume', action='store_true',
                         help='continue from the latest checkpoint in the work dir')
     parser.add_argument('--eval-only', action='store_true',

@@ -19,8 +19,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description='VOC07 classification with linear SVMs on frozen, L2-normalised backbone features '
                     '(fair-ssl / PCL protocol): the cost per class by k-fold cross-validation on trainval, '
                     'mAP on test with difficult images left out.')
-    parser.add_argument('checkpoint', help='training checkpoint, backbone file, or MoCo/PCL/torchvision/timm '
-                        'state dict')
+    parser.add_argument('checkpoint', help='training checkpoint, backbone file, or MoCo, PCL, solo-learn, '
+                        'mmselfsup, VISSL, torchvision/timm checkpoint')
     parser.add_argument('--data-root', required=True, help='the VOCdevkit folder (holding VOC2007/)')
     parser.add_argument('--costs', type=float, nargs='+', default=list(DEFAULT_SVM_COSTS),
                         help='SVM costs C to choose from (default: %(default)s)')

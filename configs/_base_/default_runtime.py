@@ -17,6 +17,11 @@ default_hooks = dict(
     checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3, save_last=True,
                     backend_args=dict(backend='atomic_local')),
     sampler_seed=dict(type='DistSamplerSeedHook'),
+    # Every epoch's and step's randomness from (seed, epoch or iteration, rank): a resumed run
+    # draws what the uninterrupted one drew.
+    reseed=dict(type='ReseedHook'),
+    # Stop at the first NaN/inf loss, naming the iteration and the last finite loss.
+    finite_loss=dict(type='FiniteLossHook'),
 )
 
 log_processor = dict(window_size=10, by_epoch=True)

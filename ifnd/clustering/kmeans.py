@@ -4,6 +4,12 @@ Both backends follow PCL's recipe: plain (non-spherical) Lloyd iterations on L2-
 features, several restarts keeping the best objective, training on a seeded random sample of at
 most ``k * max_points_per_centroid`` points; the centroids are then L2-normalised and every
 feature is assigned to the centroid of highest cosine similarity.
+
+The torch backend also runs sharded: with ``sample_index`` (the data-set index of each row) every
+process of the default process group holds only its shard of the features, runs the Lloyd steps
+on it and all-reduces the per-centroid sums and counts. Sampling, initialisation and restarts are
+drawn from the same seeded generator on every rank over global indices, so the result equals the
+one-process run on all the features (see ``_Shard``).
 """
 from __future__ import annotations
 
@@ -16,9 +22,13 @@ from typing import Sequence, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
+from mmengine.dist import all_gather, get_world_size, is_main_process
 from torch import Tensor
 
-__all__ = ['KMeansResult', 'kmeans', 'multi_level_kmeans', 'assign_by_cosine', 'KMEANS_BACKENDS']
+from ifnd.dist import all_reduce_sum
+
+__all__ = ['KMeansResult', 'kmeans', 'multi_level_kmeans', 'assign_by_cosine', 'KMEANS_BACKENDS',
+           'choose_backend', 'faiss_gpu_available', 'resolve_backend']
 
 KMEANS_BACKENDS = ('auto', 'faiss', 'torch')
 _INITS = ('random', 'k-means++')
@@ -39,6 +49,8 @@ class KMeansResult:
     assignments: Tensor  # [N] int64, index of the most cosine-similar centroid
     objective: float  # sum_i ||x_i - c_{a_i}||^2 over all normalised features and centroids
     backend: str  # backend actually used: 'faiss' or 'torch'
+    device: str = 'cpu'  # where the Lloyd iterations ran, e.g. 'cuda:0'
+    num_shards: int = 1  # processes the features were sharded over (assignments: this shard's)
 
     @property
     def num_clusters(self) -> int:
@@ -112,22 +124,85 @@ def _nearest_l2(points: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
     return assignments, distances
 
 
+class _Shard:
+    """This process's part of the k-means training points, which are ordered by global position.
+
+    Without sharding it is all of them (positions ``0..n-1``) and every collective is skipped.
+    Sharded, a rank holds the training points whose positions are in ``positions`` (ascending),
+    and every value that steers the algorithm is made identical to the one-process run:
+    training points are fetched by position through a float64 all-reduce of zero-padded rows
+    (exact: each row has one non-zero contribution), per-centroid sums and objectives are
+    accumulated and all-reduced in float64 (sum order then changes at most the last float64 bits,
+    which the cast back to float32 rounds away), counts in int64, and ties among the farthest
+    points go to the lower position in both cases.
+    """
+
+    def __init__(self, points: Tensor, positions: Tensor | None, num: int) -> None:
+        self.points = points
+        self.num = num  # training points over all ranks
+        self.distributed = positions is not None and get_world_size() > 1
+        self.positions = positions if positions is not None else \
+            torch.arange(num, device=points.device)
+
+    def sum_(self, tensor: Tensor) -> Tensor:
+        """In-place sum over the process group (identity in one process)."""
+        return all_reduce_sum(tensor) if self.distributed else tensor
+
+    def rows(self, positions: Tensor) -> Tensor:
+        """Training points at global ``positions``, on every rank."""
+        if not self.distributed:
+            return self.points[positions]  # positions are row numbers here
+        last = max(len(self.positions) - 1, 0)
+        local = torch.searchsorted(self.positions, positions).clamp(max=last)
+        owned = self.positions[local] == positions if len(self.positions) else \
+            torch.zeros_like(positions, dtype=torch.bool)
+        out = torch.zeros(len(positions), self.points.shape[1], dtype=torch.float64,
+                          device=self.points.device)
+        out[owned] = self.points[local[owned]].double()
+        return self.sum_(out).to(self.points.dtype)
+
+    def spread(self, values: Tensor) -> Tensor:
+        """Per-point ``values`` of all ranks as one float64 vector in position order."""
+        if not self.distributed:
+            return values.double()
+        out = torch.zeros(self.num, dtype=torch.float64, device=values.device)
+        out[self.positions] = values.double()
+        return self.sum_(out)
+
+    def farthest(self, distances: Tensor, count: int) -> Tensor:
+        """Positions of the ``count`` largest distances; ties go to the lower position."""
+        # Points are in position order, so a stable descending sort breaks ties by position.
+        order = torch.sort(distances, descending=True, stable=True).indices[:count]
+        values, positions = distances[order], self.positions[order]
+        if not self.distributed:
+            return positions
+        pad = count - len(order)  # a rank may hold fewer points than asked for
+        values = torch.cat([values, values.new_full((pad, ), -math.inf)])
+        positions = torch.cat([positions, positions.new_full((pad, ), self.num)])
+        values, positions = torch.cat(all_gather(values)), torch.cat(all_gather(positions))
+        by_position = torch.sort(positions, stable=True).indices
+        values, positions = values[by_position], positions[by_position]
+        return positions[torch.sort(values, descending=True, stable=True).indices[:count]]
+
+
 def _uniform(generator: torch.Generator, device: torch.device) -> float:
     return float(torch.rand(1, generator=generator, device=device, dtype=torch.float64))
 
 
-def _init_centroids(points: Tensor, k: int, init: str, generator: torch.Generator) -> Tensor:
-    num, device = points.shape[0], points.device
+def _init_centroids(shard: _Shard, k: int, init: str, generator: torch.Generator) -> Tensor:
+    points, num, device = shard.points, shard.num, shard.points.device
     if init == 'random':
         # As faiss: k distinct training points drawn uniformly.
-        return points[torch.randperm(num, generator=generator, device=device)[:k]].clone()
+        return shard.rows(torch.randperm(num, generator=generator, device=device)[:k]).clone()
     # k-means++ (D^2 sampling); inverse-CDF draws avoid torch.multinomial's 2**24 category cap.
+    # Sharded, the per-point distances of all ranks are spread into one vector each step, so the
+    # cumulative sums (and hence the picks) are those of the one-process run.
     centroids = torch.empty(k, points.shape[1], dtype=points.dtype, device=device)
     first = min(int(_uniform(generator, device) * num), num - 1)
-    centroids[0] = points[first]
+    centroids[0] = shard.rows(torch.tensor([first], device=device))[0]
     min_d2 = ((points - centroids[0]) ** 2).sum(dim=1)
     for j in range(1, k):
-        cumulative = torch.cumsum(min_d2.double(), dim=0)
+        cumulative = torch.cumsum(shard.spread(min_d2), dim=0)
         total = float(cumulative[-1])
         if total <= 0:  # every point coincides with a chosen centre: fall back to uniform
             pick = min(int(_uniform(generator, device) * num), num - 1)
@@ -135,46 +210,72 @@ def _init_centroids(points: Tensor, k: int, init: str, generator: torch.Generato
             target = torch.tensor([_uniform(generator, device) * total], dtype=torch.float64,
                                   device=device)
             pick = min(int(torch.searchsorted(cumulative, target)), num - 1)
-        centroids[j] = points[pick]
+        centroids[j] = shard.rows(torch.tensor([pick], device=device))[0]
         min_d2 = torch.minimum(min_d2, ((points - centroids[j]) ** 2).sum(dim=1))
     return centroids
 
 
-def _update_centroids(points: Tensor, assignments: Tensor, distances: Tensor,
+def _update_centroids(shard: _Shard, assignments: Tensor, distances: Tensor,
                       centroids: Tensor) -> Tensor:
+    points = shard.points
     k = centroids.shape[0]
-    sums = torch.zeros_like(centroids).index_add_(0, assignments, points)
-    counts = torch.bincount(assignments, minlength=k)
-    new = torch.where((counts > 0).unsqueeze(1), sums / counts.clamp(min=1).unsqueeze(1).float(),
-                      centroids)
+    # float64 sums: all-reduced shard sums then equal the one-process sums after rounding to
+    # float32 (and CUDA's atomic index_add_ order stops mattering too).
+    sums = torch.zeros(k, points.shape[1], dtype=torch.float64, device=points.device)
+    rows = _rows_per_chunk(65536, points.shape[1])
+    for start in range(0, points.shape[0], rows):
+        sums.index_add_(0, assignments[start:start + rows], points[start:start + rows].double())
+    counts = shard.sum_(torch.bincount(assignments, minlength=k))
+    shard.sum_(sums)
+    new = torch.where((counts > 0).unsqueeze(1),
+                      (sums / counts.clamp(min=1).unsqueeze(1)).to(centroids.dtype), centroids)
     empty = torch.nonzero(counts == 0).flatten()
     if empty.numel() > 0:
         # Re-seed empty clusters on the points worst served by the current centroids: a
         # deterministic choice (no RNG) that targets the largest residuals.
-        far = torch.topk(distances, int(empty.numel())).indices
-        new[empty] = points[far]
+        new[empty] = shard.rows(shard.farthest(distances, int(empty.numel())))
     return new
 
 
 def _torch_kmeans(points: Tensor, k: int, niter: int, nredo: int, max_points_per_centroid: int,
-                  seed: int, init: str, verbose: bool) -> Tensor:
-    """Unnormalised centroids ``[K, D]`` of the best of ``nredo`` Lloyd runs."""
+                  seed: int, init: str, verbose: bool, sample_index: Tensor | None = None,
+                  num: int | None = None) -> Tensor:
+    """Unnormalised centroids ``[K, D]`` of the best of ``nredo`` Lloyd runs.
+
+    ``sample_index``/``num``: global index of each row and the global row count when the rows
+    are this rank's shard; every rank then returns the same centroids.
+    """
     device = points.device
     generator = torch.Generator(device=device)
     generator.manual_seed(int(seed))
-    num = points.shape[0]
+    num = points.shape[0] if num is None else num
+    positions = sample_index
     if num > k * max_points_per_centroid:
-        sample = torch.randperm(num, generator=generator, device=device)
-        points = points[sample[:k * max_points_per_centroid]]
+        # The same draw over global indices on every rank: position = rank in the sample.
+        sample = torch.randperm(num, generator=generator,
+                                device=device)[:k * max_points_per_centroid]
+        if sample_index is None:
+            points = points[sample]
+        else:
+            position_of = torch.full((num, ), -1, dtype=torch.long, device=device)
+            position_of[sample] = torch.arange(len(sample), device=device)
+            positions = position_of[sample_index]
+            keep = positions >= 0
+            points, positions = points[keep], positions[keep]
+        num = len(sample)
+    if positions is not None:
+        positions, order = torch.sort(positions)
+        points = points[order]
+    shard = _Shard(points, positions, num)
     best_centroids, best_objective = None, math.inf
     for redo in range(nredo):
-        centroids = _init_centroids(points, k, init, generator)
+        centroids = _init_centroids(shard, k, init, generator)
         objective = math.inf
         for it in range(niter):
             assignments, distances = _nearest_l2(points, centroids)
-            objective = float(distances.sum())
-            centroids = _update_centroids(points, assignments, distances, centroids)
-            if verbose:
+            objective = float(shard.sum_(distances.double().sum()))
+            centroids = _update_centroids(shard, assignments, distances, centroids)
+            if verbose and is_main_process():
                 print(f'[torch k-means] redo {redo} iter {it}: objective {objective:.6g}',
                       flush=True)
         if best_centroids is None or objective < best_objective:
@@ -195,8 +296,10 @@ def _import_faiss():
 
 
 def _faiss_kmeans(points: Tensor, k: int, niter: int, nredo: int, max_points_per_centroid: int,
-                  min_points_per_centroid: int, seed: int, init: str, verbose: bool) -> Tensor:
-    """Unnormalised centroids ``[K, D]`` from faiss.Clustering with PCL's settings."""
+                  min_points_per_centroid: int, seed: int, init: str,
+                  verbose: bool) -> tuple[Tensor, str]:
+    """Unnormalised centroids ``[K, D]`` from faiss.Clustering with PCL's settings, and where
+    faiss ran."""
     faiss = _import_faiss()
     dim = points.shape[1]
     clus = faiss.Clustering(dim, k)
@@ -221,12 +324,14 @@ def _faiss_kmeans(points: Tensor, k: int, niter: int, nredo: int, max_points_per
         config.device = points.device.index if points.is_cuda and points.device.index is not None \
             else (torch.cuda.current_device() if torch.cuda.is_available() else 0)
         index = faiss.GpuIndexFlatL2(resources, dim, config)
+        where = f'cuda:{config.device}'
     else:
         index = faiss.IndexFlatL2(dim)
+        where = 'cpu'
     data = np.ascontiguousarray(points.cpu().numpy(), dtype=np.float32)
     clus.train(data, index)
     centroids = faiss.vector_to_array(clus.centroids).reshape(k, dim)
-    return torch.from_numpy(centroids.copy()).to(points.device)
+    return torch.from_numpy(centroids.copy()).to(points.device), where
 
 
 def _faiss_available() -> bool:
@@ -237,13 +342,49 @@ def _faiss_available() -> bool:
     return True
 
 
+def faiss_gpu_available() -> bool:
+    """Whether faiss is installed with GPU support and sees at least one GPU."""
+    if not _faiss_available():
+        return False
+    return getattr(_import_faiss(), 'get_num_gpus', lambda: 0)() > 0
+
+
+def choose_backend(device: Union[torch.device, str], faiss_gpu: bool,
+                   faiss_installed: bool = True) -> str:
+    """The k-means backend that ``backend='auto'`` means for features on ``device``.
+
+    faiss on the GPU when it has GPU support and the device is a CUDA GPU; else PyTorch k-means
+    on the device when that is a GPU (an order of magnitude faster than faiss on the CPU); else
+    faiss on the CPU, or PyTorch on the CPU when faiss is not installed.
+    """
+    device_type = torch.device(device).type
+    if device_type == 'cuda' and faiss_gpu and faiss_installed:
+        return 'faiss'
+    if device_type != 'cpu':
+        return 'torch'
+    return 'faiss' if faiss_installed else 'torch'
+
+
+def resolve_backend(backend: str, device: Union[torch.device, str]) -> str:
+    """``backend`` itself, or for ``'auto'`` :func:`choose_backend` with faiss as installed here."""
+    if backend not in KMEANS_BACKENDS:
+        raise ValueError(f'unknown k-means backend {backend!r}; valid: {KMEANS_BACKENDS}')
+    if backend != 'auto':
+        return backend
+    return choose_backend(device, faiss_gpu_available(), _faiss_available())
+
+
 # ----------------------------------------------------------------------------- public API
 
 
 def _kmeans_normalised(feats: Tensor, num_clusters: int, niter: int, nredo: int,
                        max_points_per_centroid: int, min_points_per_centroid: int, seed: int,
-                       backend: str, init: str, verbose: bool) -> KMeansResult:
+                       backend: str, init: str, verbose: bool,
+                       sample_index: Tensor | None = None) -> KMeansResult:
+    sharded = sample_index is not None and get_world_size() > 1
     num = feats.shape[0]
+    if sharded:
+        num = int(all_reduce_sum(torch.tensor(num, device=feats.device)))
     if int(num_clusters) != num_clusters or num_clusters < 1:
         raise ValueError(f'num_clusters must be a positive integer, got {num_clusters}')
     num_clusters = int(num_clusters)
@@ -259,24 +400,50 @@ def _kmeans_normalised(feats: Tensor, num_clusters: int, niter: int, nredo: int,
     if init not in _INITS:
         raise ValueError(f'unknown k-means init {init!r}; valid: {_INITS}')
     if backend == 'auto':
-        backend = 'faiss' if _faiss_available() else 'torch'
-    if num < num_clusters * min_points_per_centroid:
+        backend = 'torch' if sample_index is not None else resolve_backend(backend, feats.device)
+    if sample_index is not None and backend != 'torch':
+        raise ValueError('sharded k-means (sample_index given) runs on the torch backend; use '
+                         'backend="torch" or "auto"')
+    if num < num_clusters * min_points_per_centroid and is_main_process():
         warnings.warn(f'k-means: {num} points for {num_clusters} clusters is fewer than '
                       f'{min_points_per_centroid} points per centroid; clusters may be unreliable',
                       stacklevel=3)
+    where = str(feats.device)
     if backend == 'faiss':
-        raw = _faiss_kmeans(feats, num_clusters, niter, nredo, max_points_per_centroid,
-                            min_points_per_centroid, seed, init, verbose)
+        raw, where = _faiss_kmeans(feats, num_clusters, niter, nredo, max_points_per_centroid,
+                                   min_points_per_centroid, seed, init, verbose)
     else:
         raw = _torch_kmeans(feats, num_clusters, niter, nredo, max_points_per_centroid, seed, init,
-                            verbose)
+                            verbose, sample_index, num)
     centroids = F.normalize(raw.float(), dim=1)
     assignments, similarity = _assign_with_similarity(feats, centroids, 65536)
     # Unit features and centroids: ||x - c||^2 = 2 - 2 cos(x, c); same definition for every
     # backend, so objectives are comparable.
-    objective = float((2.0 - 2.0 * similarity.double()).clamp(min=0).sum())
-    return KMeansResult(centroids=centroids, assignments=assignments, objective=objective,
-                        backend=backend)
+    objective = (2.0 - 2.0 * similarity.double()).clamp(min=0).sum()
+    if sharded:
+        objective = all_reduce_sum(objective)
+    return KMeansResult(centroids=centroids, assignments=assignments, objective=float(objective),
+                        backend=backend, device=where,
+                        num_shards=get_world_size() if sharded else 1)
+
+
+def _prepare(features: ArrayLike, device: Union[torch.device, str, None],
+             sample_index: ArrayLike | None) -> tuple[Tensor, Tensor | None]:
+    feats = _to_features(features)
+    if device is not None:
+        feats = feats.to(device)
+    if sample_index is None:
+        return feats, None
+    index = torch.as_tensor(sample_index, dtype=torch.long).to(feats.device)
+    if index.shape != (feats.shape[0], ):
+        raise ValueError(f'sample_index must be [{feats.shape[0]}] (one data-set index per '
+                         f'feature row), got {tuple(index.shape)}')
+    num = all_reduce_sum(torch.tensor(len(index), device=feats.device))
+    if len(index) and (int(index.min()) < 0 or int(index.max()) >= int(num)):
+        raise ValueError(f'sample_index must hold indices in [0, {int(num)}) that split the data '
+                         f'set across the processes, got values from {int(index.min())} to '
+                         f'{int(index.max())}')
+    return feats, index
 
 
 def kmeans(features: ArrayLike,
@@ -289,16 +456,23 @@ def kmeans(features: ArrayLike,
            seed: int = 0,
            backend: str = 'auto',
            init: str = 'random',
-           verbose: bool = False) -> KMeansResult:
+           verbose: bool = False,
+           device: Union[torch.device, str, None] = None,
+           sample_index: ArrayLike | None = None) -> KMeansResult:
     """Cluster ``[N, D]`` features into ``num_clusters`` groups (PCL's k-means settings).
 
-    ``backend``: ``'faiss'``, ``'torch'`` or ``'auto'`` (faiss when importable). ``init``:
-    ``'random'`` (faiss's default, as PCL) or ``'k-means++'``. The returned centroids are
+    ``backend``: ``'faiss'``, ``'torch'`` or ``'auto'`` (see :func:`choose_backend`). ``init``:
+    ``'random'`` (faiss's default, as PCL) or ``'k-means++'``. ``device``: where to cluster
+    (default: the features' device); the results live there. The returned centroids are
     L2-normalised and the assignments are by maximum cosine similarity over all N features.
+    ``sample_index``: the features are this process's shard of a data set split over the
+    default process group, row ``i`` being sample ``sample_index[i]``; the torch backend then
+    clusters all shards together (same centroids as one process on all the features, on every
+    rank) and returns this shard's assignments.
     """
-    feats = _to_features(features)
+    feats, index = _prepare(features, device, sample_index)
     return _kmeans_normalised(feats, num_clusters, niter, nredo, max_points_per_centroid,
-                              min_points_per_centroid, seed, backend, init, verbose)
+                              min_points_per_centroid, seed, backend, init, verbose, index)
 
 
 def multi_level_kmeans(features: ArrayLike,
@@ -309,7 +483,6 @@ def multi_level_kmeans(features: ArrayLike,
     """Run :func:`kmeans` once per granularity in ``ks``, with a different seed per level."""
     if len(ks) == 0:
         raise ValueError('ks must name at least one number of clusters')
-    feats = _to_features(features)  # normalise (and copy) once for all levels
     # kmeans()'s keyword defaults, so the two entry points cannot drift apart.
     options = {
         name: param.default
@@ -320,9 +493,11 @@ def multi_level_kmeans(features: ArrayLike,
     if unknown:
         raise TypeError(f'unexpected k-means options: {sorted(unknown)}')
     options.update(kwargs)
+    # normalise (and copy) once for all levels
+    feats, index = _prepare(features, options['device'], options['sample_index'])
     return [
         _kmeans_normalised(feats, k, options['niter'], options['nredo'],
                            options['max_points_per_centroid'], options['min_points_per_centroid'],
                            seed + level * _LEVEL_SEED_STRIDE, options['backend'], options['init'],
-                           options['verbose']) for level, k in enumerate(ks)
+                           options['verbose'], index) for level, k in enumerate(ks)
     ]

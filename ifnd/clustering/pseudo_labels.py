@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ifnd.dist import all_reduce_sum
+
 __all__ = [
     'ACCEPTANCE_SCHEMES',
     'confidence',
@@ -67,11 +69,14 @@ def pcl_concentration(features: ArrayLike,
                       centroids: ArrayLike,
                       assignments: ArrayLike,
                       temperature: float,
-                      alpha: float = 10.0) -> Tensor:
+                      alpha: float = 10.0,
+                      sharded: bool = False) -> Tensor:
     """PCL's per-cluster concentration φ ``[K]`` (Eq. 9 of PCL, as in its official code).
 
     φ_k = Σ_{z∈k} ||z − c_k||₂ / (n_k log(n_k + α)); clusters with at most one point take the
     largest φ of the others; φ is clipped to its 10th/90th percentiles and rescaled to mean τ.
+    ``sharded``: the features are this process's shard; the per-cluster sums are added over the
+    process group (in float64, so the order of addition does not show in float32 φ).
     """
     features, centroids = _as_tensor(features), _as_tensor(centroids)
     assignments = _as_tensor(assignments)
@@ -93,7 +98,11 @@ def pcl_concentration(features: ArrayLike,
         idx = assignments[start:start + chunk]
         diff = features[start:start + chunk].detach().float() - centroids[idx]
         dist_sum.index_add_(0, idx, diff.norm(dim=1).double())
-    counts = torch.bincount(assignments, minlength=k).double()
+    counts = torch.bincount(assignments, minlength=k)
+    if sharded:
+        all_reduce_sum(dist_sum)
+        all_reduce_sum(counts)
+    counts = counts.double()
     multi = counts > 1
     phi = torch.zeros(k, dtype=torch.float64, device=device)
     phi[multi] = dist_sum[multi] / (counts[multi] * torch.log(counts[multi] + alpha))

@@ -14,5 +14,6 @@ from .voc import VOC07, VOC_CLASSES  # noqa: E402
 
 __all__ += ['VOC07', 'VOC_CLASSES']
 from .coco import AspectRatioBatchSampler, CocoInstances, make_shapes_coco  # noqa: E402
+from .samplers import SeededSampler, sample_seed  # noqa: E402
 
-__all__ += ['AspectRatioBatchSampler', 'CocoInstances', 'make_shapes_coco']
+__all__ += ['AspectRatioBatchSampler', 'CocoInstances', 'make_shapes_coco', 'SeededSampler', 'sample_seed']

@@ -9,15 +9,17 @@ from __future__ import annotations
 import gzip
 import os
 import os.path as osp
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from mmengine.dataset import default_collate
 from PIL import Image
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
-from ifnd.registry import DATASETS
+from ifnd.registry import DATASETS, FUNCTIONS
+from .device_augment import CorruptImageError, device_views_of
 from .transforms import PipelineCfg, build_pipeline
 
 IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.pgm', '.bmp', '.tif', '.tiff', '.webp')
@@ -28,9 +30,20 @@ FASHION_MNIST_CLASSES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 
 # IDX type codes -> big-endian numpy dtypes.
 _IDX_DTYPES = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
 
+AUGMENT_ON = ('cpu', 'device')
 
-class CorruptImageError(OSError):
-    """An image file exists but cannot be decoded."""
+
+@FUNCTIONS.register_module()
+def batch_collate(data: Sequence[Any] | Mapping) -> Any:
+    """Collate a list of items like ``default_collate``; a batch a dataset's ``__getitems__`` made passes through."""
+    return data if isinstance(data, Mapping) else default_collate(data)
+
+
+def data_device() -> torch.device:
+    """Where an in-memory data set keeps its images for device augmentation: the current CUDA device, else CPU."""
+    if torch.cuda.is_available() and get_worker_info() is None:  # loader workers must not touch CUDA
+        return torch.device('cuda', torch.cuda.current_device())
+    return torch.device('cpu')
 
 
 def balanced_subset_indices(labels: Sequence[int] | np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
@@ -73,6 +86,12 @@ def read_idx(path: str) -> np.ndarray:
 class ContrastiveDataset(Dataset):
     """Base class: subsetting, pipeline and the ``{'inputs', 'index', 'label'}`` item format.
 
+    With ``augment_on='device'`` and a contrastive training pipeline (a ``ContrastiveView``-type view or
+    a ``MultiView`` of them), ``__getitems__`` returns whole batches of un-augmented images (uint8
+    ``[B, C, H, W]``, or encoded files) with the pipeline config under ``'augment'``; the model's
+    ``ContrastiveDataPreprocessor`` makes the views on the device. Other pipelines (e.g. ``EvalView``
+    in evaluation hooks) keep the CPU path.
+
     Subclasses load their data, set ``_all_labels`` (int array over the full data), ``classes`` and,
     for file-based data, ``_all_names`` (relative paths used by subset files), then call
     ``super().__init__`` and implement ``_read_image(j)`` for a position ``j`` in the full data.
@@ -86,8 +105,15 @@ class ContrastiveDataset(Dataset):
                  pipeline: PipelineCfg = None,
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
-                 subset_seed: int = 0) -> None:
+                 subset_seed: int = 0,
+                 augment_on: str = 'cpu') -> None:
+        if augment_on not in AUGMENT_ON:
+            raise ValueError(f"augment_on must be 'cpu' (views made in loader workers) or 'device' (views made "
+                             f'in the data preprocessor), got {augment_on!r}')
         self.pipeline = build_pipeline(pipeline)
+        self.augment_on = augment_on
+        # The config the data preprocessor builds the device views from; None: views made here.
+        self.device_pipeline = pipeline if augment_on == 'device' and device_views_of(self.pipeline) else None
         all_labels = np.asarray(self._all_labels, dtype=np.int64)
         if self.classes is not None:
             self.num_classes: int | None = len(self.classes)
@@ -155,13 +181,39 @@ class ContrastiveDataset(Dataset):
         img = self._read_image(int(self.indices[i]))
         return img if img.mode == 'RGB' else img.convert('RGB')
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
+    def __getitem__(self, i: int | tuple[int, int]) -> dict[str, Any]:
+        seed = None
+        if isinstance(i, tuple):  # (index, augmentation seed) from SeededSampler
+            i, seed = i
         if i < 0:
             i += len(self)
-        views = self.pipeline(self.load_image(i))
+        img = self.load_image(i)
+        if seed is None:
+            views = self.pipeline(img)
+        else:
+            # The views draw from torch's generator: seed it for this sample alone, leaving the
+            # caller's stream (the training process's, when there are no loader workers) as it was.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                views = self.pipeline(img)
         if isinstance(views, torch.Tensor):
             views = [views]
         return {'inputs': list(views), 'index': int(i), 'label': int(self.labels[i])}
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]] | dict[str, Any]:
+        """Items ``indices``; for device augmentation one batch of raw images and the pipeline to apply."""
+        if self.device_pipeline is None:
+            return [self[i] for i in indices]
+        # SeededSampler's seeds are for views made here; device views draw from the device's generator.
+        idx = np.asarray([i[0] if isinstance(i, tuple) else i for i in indices], dtype=np.int64)
+        idx[idx < 0] += len(self)
+        batch = self._raw_batch(idx)
+        batch.update(index=torch.from_numpy(idx), label=torch.from_numpy(self.labels[idx]),
+                     augment=self.device_pipeline)
+        return batch
+
+    def _raw_batch(self, idx: np.ndarray) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not support augment_on='device'")
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(num_samples={len(self)}, num_classes={self.num_classes}, '
@@ -197,7 +249,8 @@ class ImageFolder(ContrastiveDataset):
                  pipeline: PipelineCfg = None,
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
-                 subset_seed: int = 0) -> None:
+                 subset_seed: int = 0,
+                 augment_on: str = 'cpu') -> None:
         self.data_root = str(data_root)
         self.ann_file = ann_file
         self.extensions = tuple(e.lower() for e in extensions)
@@ -209,7 +262,7 @@ class ImageFolder(ContrastiveDataset):
         # dataloader workers do not copy the page holding every path.
         self._names_arr = np.array([n.encode() for n in names])
         self._all_labels = np.asarray(labels, dtype=np.int64)
-        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed, augment_on)
 
     @property
     def _all_names(self) -> list[str]:
@@ -280,6 +333,19 @@ class ImageFolder(ContrastiveDataset):
     def _read_image(self, j: int) -> Image.Image:
         return load_rgb_image(osp.join(self.data_root, self._names_arr[j].decode()))
 
+    def _raw_batch(self, idx: np.ndarray) -> dict[str, Any]:
+        # The encoded files: the data preprocessor decodes them together on the device.
+        paths = [self.get_path(i) for i in idx]
+        return {'inputs': [read_encoded(p) for p in paths], 'path': paths}
+
+
+def read_encoded(path: str) -> torch.Tensor:
+    """The bytes of an image file as a 1-D uint8 tensor, with an error naming a missing file."""
+    if not osp.isfile(path):
+        raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of the data set")
+    with open(path, 'rb') as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+
 
 @DATASETS.register_module()
 class ImageNet(ImageFolder):
@@ -293,12 +359,14 @@ class ImageNet(ImageFolder):
                  pipeline: PipelineCfg = None,
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
-                 subset_seed: int = 0) -> None:
+                 subset_seed: int = 0,
+                 augment_on: str = 'cpu') -> None:
         self.split = split
         self.imagenet_root = str(data_root)
         if ann_file is None:
             data_root = osp.join(str(data_root), split)
-        super().__init__(data_root, ann_file, extensions, pipeline, subset_fraction, subset_file, subset_seed)
+        super().__init__(data_root, ann_file, extensions, pipeline, subset_fraction, subset_file, subset_seed,
+                         augment_on)
 
     def _missing_root_hint(self) -> str:
         return (f"expected ImageNet layout '{self.imagenet_root}/{{train,val}}/<wnid>/*.JPEG', or pass "
@@ -309,9 +377,24 @@ class _InMemoryDataset(ContrastiveDataset):
     """Base for datasets held as a uint8 array ``[N, H, W]`` or ``[N, H, W, 3]``."""
 
     data: np.ndarray
+    _images: dict[torch.device, torch.Tensor]
 
     def _read_image(self, j: int) -> Image.Image:
         return Image.fromarray(self.data[j])
+
+    def images(self, device: torch.device | str = 'cpu') -> torch.Tensor:
+        """This data set's images as one uint8 tensor ``[N, C, H, W]`` on ``device`` (kept after the first call)."""
+        device = torch.device(device)
+        cache = self.__dict__.setdefault('_images', {})
+        if device not in cache:
+            t = torch.from_numpy(np.ascontiguousarray(self.data[self.indices]))
+            t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2).contiguous()
+            cache[device] = t.to(device)
+        return cache[device]
+
+    def _raw_batch(self, idx: np.ndarray) -> dict[str, Any]:
+        images = self.images(data_device())
+        return {'inputs': images[torch.from_numpy(idx).to(images.device)]}
 
 
 class _TorchvisionCIFAR(_InMemoryDataset):
@@ -324,7 +407,8 @@ class _TorchvisionCIFAR(_InMemoryDataset):
                  pipeline: PipelineCfg = None,
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
-                 subset_seed: int = 0) -> None:
+                 subset_seed: int = 0,
+                 augment_on: str = 'cpu') -> None:
         import torchvision.datasets as tvd
         if split not in ('train', 'test'):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -343,7 +427,7 @@ class _TorchvisionCIFAR(_InMemoryDataset):
         self.data = np.ascontiguousarray(tv.data, dtype=np.uint8)
         self._all_labels = np.asarray(tv.targets, dtype=np.int64)
         self.classes = list(tv.classes)
-        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed, augment_on)
 
 
 @DATASETS.register_module()
@@ -371,7 +455,8 @@ class FashionMNIST(_InMemoryDataset):
                  pipeline: PipelineCfg = None,
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
-                 subset_seed: int = 0) -> None:
+                 subset_seed: int = 0,
+                 augment_on: str = 'cpu') -> None:
         if split not in ('train', 'test'):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         self.data_root, self.split = str(data_root), split
@@ -394,7 +479,7 @@ class FashionMNIST(_InMemoryDataset):
         self.data = np.ascontiguousarray(images, dtype=np.uint8)
         self._all_labels = labels.astype(np.int64)
         self.classes = list(FASHION_MNIST_CLASSES)
-        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed, augment_on)
 
     def _find_files(self, prefix: str) -> tuple[str, str] | None:
         for folder in (self.data_root, osp.join(self.data_root, 'FashionMNIST', 'raw')):
@@ -417,7 +502,8 @@ class Digits(_InMemoryDataset):
                  pipeline: PipelineCfg = None,
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
-                 subset_seed: int = 0) -> None:
+                 subset_seed: int = 0,
+                 augment_on: str = 'cpu') -> None:
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
         if split not in ('train', 'test', 'all'):
@@ -433,4 +519,4 @@ class Digits(_InMemoryDataset):
         self.data = np.ascontiguousarray(images[keep])
         self._all_labels = targets[keep]
         self.classes = [str(c) for c in range(10)]
-        super().__init__(pipeline, subset_fraction, subset_file, subset_seed)
+        super().__init__(pipeline, subset_fraction, subset_file, subset_seed, augment_on)

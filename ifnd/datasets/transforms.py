@@ -24,6 +24,11 @@ def _min_side(size: Size) -> int:
     return int(size) if isinstance(size, int) else int(min(size))
 
 
+def blur_kernel_size(size: Size) -> int:
+    """Odd Gaussian-blur kernel size of about 10% of the crop's shorter side (at least 3)."""
+    return max(3, int(0.1 * _min_side(size)) // 2 * 2 + 1)
+
+
 def to_float_tensor() -> list[v2.Transform]:
     """Return the transforms that turn a PIL image into a float32 tensor scaled to [0, 1]."""
     return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
@@ -63,12 +68,16 @@ class ContrastiveView(v2.Compose):
             v2.RandomGrayscale(p=grayscale_p),
         ]
         if blur_p > 0:
-            kernel = max(3, int(0.1 * _min_side(size)) // 2 * 2 + 1)  # ~10% of the crop, odd
+            kernel = blur_kernel_size(size)
             ops.append(v2.RandomApply([v2.GaussianBlur(kernel, sigma=tuple(blur_sigma))], p=blur_p))
         if flip:
             ops.append(v2.RandomHorizontalFlip())
         super().__init__(ops + to_float_tensor())
         self.size, self.blur_p = size, blur_p
+        # The resolved parameters, from which the device pipeline (ifnd.datasets.device_augment) is built.
+        self.params = dict(size=size, scale=tuple(scale), ratio=(3 / 4, 4 / 3), jitter=tuple(jitter),
+                           jitter_p=jitter_p, grayscale_p=grayscale_p, blur_p=blur_p,
+                           blur_sigma=tuple(blur_sigma), blur_kernel=blur_kernel_size(size), flip=flip)
 
 
 @TRANSFORMS.register_module()

@@ -1,10 +1,17 @@
-"""Helpers shared by the command-line tools: device choice, JSON results, Runner configs."""
+"""Helpers shared by the command-line tools: device choice, JSON results, Runner configs, errors."""
 import argparse
+import contextlib
+import difflib
+import inspect
 import json
+import os
 import os.path as osp
+from collections.abc import Iterator
 
 import torch
 from mmengine.config import Config
+from mmengine.registry import Registry
+from mmengine.runner import Runner
 
 from ifnd.engine.checkpoint import AtomicLocalBackend
 
@@ -49,6 +56,7 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
     cfg = Config.fromfile(config)
     cfg.launcher = launcher
     if cfg_options:
+        check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
     if work_dir is not None:
         cfg.work_dir = work_dir
@@ -76,9 +84,10 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
 
 
 def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--model-name`` and ``--cifar-stem``: the backbone of files that carry no model config."""
+    """``--model-name`` and ``--cifar-stem``: override the backbone a checkpoint carries or implies."""
     parser.add_argument('--model-name',
-                        help='timm backbone name, for checkpoints that carry no model config')
+                        help='timm backbone name; needed only when the weights leave it open '
+                        '(default: the checkpoint\'s config, else the ResNet its weights describe)')
     parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
                         help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
 
@@ -92,3 +101,84 @@ def add_extraction_arguments(parser: argparse.ArgumentParser, batch_size: int,
                         help='data loading workers (default: %(default)s)')
     parser.add_argument('--device', default='auto',
                         help="'auto' (CUDA when available), 'cpu' or 'cuda'")
+
+
+def _registered_class(type_name: str):
+    """The class a config ``type`` names in any of ifnd's registries (or their mmengine parents)."""
+    from ifnd import registry
+    for reg in vars(registry).values():
+        if isinstance(reg, Registry):
+            found = reg.get(type_name)
+            if found is not None:
+                return found
+    return None
+
+
+def _takes_keyword(node: dict, name: str) -> bool:
+    """Whether a config dict with a ``type`` may gain the keyword ``name`` (its class accepts it)."""
+    cls = node.get('type')
+    cls = _registered_class(cls) if isinstance(cls, str) else cls
+    if cls is None:
+        return True  # a type we cannot inspect: leave the check to its constructor
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def check_cfg_options(cfg: Config, options: dict) -> None:
+    """Refuse ``--cfg-options`` keys that name nothing in the config, suggesting close names.
+
+    A key may be new only where something takes it: a keyword of the class a ``type`` names, or
+    a Runner argument at the top level; otherwise it is a typo that mmengine would silently add.
+    """
+    runner_args = set(inspect.signature(Runner).parameters)
+    tree = cfg.to_dict()
+    for key in options:
+        parts = key.split('.')
+        node = tree
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            if isinstance(node, (list, tuple)):
+                if part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]
+                    continue
+                names = [str(i) for i in range(len(node))]
+            elif isinstance(node, dict):
+                if part in node:
+                    node = node[part]
+                    continue
+                if last and (_takes_keyword(node, part) if 'type' in node
+                             else depth == 0 and part in runner_args):
+                    break
+                names = list(node.keys())
+            else:
+                break  # a value is being replaced by a dict or list: mmengine merges that itself
+            where = '.'.join(parts[:depth]) or 'the config'
+            close = difflib.get_close_matches(part, names, n=3, cutoff=0.6)
+            hint = (f'did you mean {" or ".join(repr(".".join(parts[:depth] + [c])) for c in close)}?'
+                    if close else f'{where} has: {", ".join(map(str, names[:12]))}')
+            raise SystemExit(f"--cfg-options key '{key}' is not in {osp.basename(cfg.filename or '')}"
+                             f' ({where} has no {part!r}); {hint}')
+
+
+# Exceptions that report bad input (paths, configs, registry names, checkpoints, data, a diverged
+# run): the tools print their message alone; IFND_DEBUG=1 shows the traceback.
+INPUT_ERRORS = (OSError, ValueError, KeyError, TypeError, ImportError, FloatingPointError)
+
+
+@contextlib.contextmanager
+def input_errors_as_messages() -> Iterator[None]:
+    """Turn bad-input exceptions into a one-line ``error: ...`` and exit status 1."""
+    try:
+        yield
+    except INPUT_ERRORS as err:
+        if os.environ.get('IFND_DEBUG'):
+            raise
+        message = str(err.args[0] if isinstance(err, KeyError) and err.args else err)
+        if 'Original Traceback' in message:  # re-raised from a loader worker: keep the worker's line
+            message = message.strip().splitlines()[-1].split(': ', 1)[-1]
+        if isinstance(err, TypeError) and 'unexpected keyword argument' in message:
+            message += '; check its spelling in the config or --cfg-options'
+        raise SystemExit(f'error: {" ".join(message.split())}') from None

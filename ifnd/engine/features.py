@@ -25,21 +25,28 @@ def build_eval_dataset(dataset_cfg: dict, pipeline: dict | None) -> Dataset:
     return DATASETS.build(cfg)
 
 
+def shard_index(num: int) -> torch.Tensor:
+    """Indices of the samples this rank handles out of ``num``: ``rank::world_size``."""
+    rank, world_size = get_dist_info()
+    return torch.arange(rank, num, world_size)
+
+
 @torch.no_grad()
 def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z',
                      batch_size: int = 256, num_workers: int = 2,
-                     desc: str = 'extracting features') -> tuple[torch.Tensor, torch.Tensor]:
+                     desc: str = 'extracting features',
+                     gather: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Features ``[N, D]`` (float32, CPU) and labels ``[N]`` of every sample, on every rank.
 
-    Each rank encodes the samples ``rank::world_size``; the shards are all-gathered as tensors
-    and put back in sample order. The model is in eval mode meanwhile.
+    Each rank encodes the samples ``shard_index(N)``; the shards are all-gathered as tensors
+    and put back in sample order. With ``gather=False`` each rank gets only its shard's features
+    (on the model's device) and labels. The model is in eval mode meanwhile.
     """
     algorithm = unwrap_model(model)
-    rank, world_size = get_dist_info()
+    world_size = get_dist_info()[1]
     num = len(dataset)
-    shard = list(range(rank, num, world_size))
-    loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, shuffle=False,
-                        num_workers=num_workers, collate_fn=default_collate,
+    loader = DataLoader(Subset(dataset, shard_index(num).tolist()), batch_size=batch_size,
+                        shuffle=False, num_workers=num_workers, collate_fn=default_collate,
                         persistent_workers=False)
     bar = None
     if is_main_process():
@@ -64,21 +71,23 @@ def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z
     device = feats[0].device if feats else next(algorithm.parameters()).device
     local_feats = torch.cat(feats) if feats else torch.empty(0, 0, device=device)
     local_labels = torch.cat(labels) if labels else torch.empty(0, dtype=torch.long, device=device)
+    if world_size > 1:
+        # A rank without samples does not know the feature dimension: take the largest.
+        dim = local_feats.shape[1] if local_feats.numel() else 0
+        dim = int(max(all_gather(torch.tensor([dim], device=local_feats.device)))[0])
+        local_feats = local_feats.reshape(len(local_labels), dim)
+    if not gather:
+        return local_feats, local_labels.cpu()
+    return gather_shards(local_feats, num).cpu(), gather_shards(local_labels, num).cpu()
+
+
+def gather_shards(x: torch.Tensor, num: int) -> torch.Tensor:
+    """Every rank's rows for the samples ``shard_index(num)``, all-gathered in sample order."""
+    world_size = get_dist_info()[1]
     if world_size == 1:
-        return local_feats.cpu(), local_labels.cpu()
-    return _gather_shards(local_feats, local_labels, num, world_size)
-
-
-def _gather_shards(feats: torch.Tensor, labels: torch.Tensor, num: int,
-                   world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return x
     # Shards differ in length by at most one: pad to equal size, gather, then interleave back.
     per_rank = -(-num // world_size)
-    dim = feats.shape[1] if feats.numel() else 0
-    dim = int(max(all_gather(torch.tensor([dim], device=feats.device)))[0])
-    padded = feats.new_zeros(per_rank, dim)
-    padded[:len(feats)] = feats
-    padded_labels = labels.new_full((per_rank,), -1)
-    padded_labels[:len(labels)] = labels
-    all_feats = torch.stack(all_gather(padded), dim=1).reshape(-1, dim)[:num]
-    all_labels = torch.stack(all_gather(padded_labels), dim=1).reshape(-1)[:num]
-    return all_feats.cpu(), all_labels.cpu()
+    padded = x.new_zeros((per_rank, *x.shape[1:]))
+    padded[:len(x)] = x
+    return torch.stack(all_gather(padded), dim=1).reshape(-1, *x.shape[1:])[:num]

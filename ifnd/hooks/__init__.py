@@ -1,7 +1,8 @@
-"""Runner hooks: online kNN evaluation and pseudo-label assignment."""
+"""Runner hooks: online kNN evaluation, pseudo-label assignment, resumable seeding, loss checks."""
 from .knn_hook import KNNEvalHook
 from .pseudo_label_hook import PseudoLabelHook
+from .reliability import ReseedHook, FiniteLossHook
 from .eval_hooks import FrozenBackboneCheckHook, PreciseBNHook, recompute_bn_statistics, state_fingerprint
 
 __all__ = ['KNNEvalHook', 'PseudoLabelHook', 'FrozenBackboneCheckHook', 'PreciseBNHook',
-           'recompute_bn_statistics', 'state_fingerprint']
+           'recompute_bn_statistics', 'state_fingerprint', 'ReseedHook', 'FiniteLossHook']

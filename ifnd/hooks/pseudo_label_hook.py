@@ -5,13 +5,14 @@ import time
 
 import numpy as np
 import torch
-from mmengine.dist import broadcast, is_main_process
+from mmengine.dist import broadcast, get_world_size, is_main_process
 from mmengine.hooks import Hook
 
 from ifnd.clustering import (accept_labels, acceptance_rate, cluster_confidence, confidence,
-                             multi_level_kmeans, pcl_concentration)
+                             multi_level_kmeans, pcl_concentration, resolve_backend)
 from ifnd.engine.checkpoint import AtomicLocalBackend
-from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
+from ifnd.engine.features import (build_eval_dataset, extract_features, gather_shards, shard_index,
+                                  unwrap_model)
 from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
 from ifnd.registry import HOOKS
 
@@ -23,8 +24,17 @@ class PseudoLabelHook(Hook):
     """Clusters the training set before training and every ``interval`` epochs.
 
     Each round: features of all training images under the eval transform (every rank, its
-    shard), multi-level k-means and confidence on rank 0, acceptance of the global top
-    ``ceil(r * N)`` per level, broadcast, and an update of the model's label bank. The acceptance
+    shard), multi-level k-means and confidence on rank 0 (or sharded over all ranks), acceptance
+    of the global top ``ceil(r * N)`` per level, broadcast, and an update of the model's label
+    bank.
+
+    ``kmeans``: options of :func:`ifnd.clustering.kmeans` (``backend='auto'`` picks faiss on the
+    GPU when faiss has GPU support, else PyTorch k-means on the model's GPU, else faiss on the
+    CPU), plus ``sharded``: with several processes, each keeps its shard of the features, the
+    k-means steps all-reduce per-centroid sums, κ is computed per shard and only the per-sample
+    assignments and confidences are gathered (same labels as one process). Default ``None``:
+    sharded when the world size is above 1 and the backend is torch; ``True`` forces the torch
+    backend; ``False`` gathers all features on rank 0. The acceptance
     rate r follows ``scheme`` ('constant', 'step', 'linear'), evaluated at the number of epochs
     completed. ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
     per-cluster concentration. Each round's labels and confidences are saved under
@@ -55,6 +65,17 @@ class PseudoLabelHook(Hook):
         self.confidence = confidence
         self.temperature = temperature
         self.kmeans = dict(kmeans or {})
+        self.sharded = self.kmeans.pop('sharded', None)
+        if self.sharded not in (None, True, False):
+            raise ValueError(f'kmeans.sharded must be None (auto), True or False, got '
+                             f'{self.sharded!r}')
+        if self.sharded and self.kmeans.get('backend', 'auto') == 'faiss':
+            raise ValueError('kmeans.sharded=True runs PyTorch k-means; use backend="torch" or '
+                             '"auto", or sharded=False for faiss')
+        for key in ('device', 'sample_index'):
+            if key in self.kmeans:
+                raise ValueError(f'kmeans.{key} is set by PseudoLabelHook (the model\'s device and '
+                                 f'each process\'s shard); remove it from the config')
         self.seed = seed
         self.dataset = dataset
         self.batch_size = batch_size
@@ -89,6 +110,14 @@ class PseudoLabelHook(Hook):
         if done % self.interval == 0:
             self.run_round(runner, done)
 
+    def _plan(self, device: torch.device) -> tuple[str, bool]:
+        """The round's k-means backend and whether it runs sharded over the processes."""
+        backend = resolve_backend(self.kmeans.get('backend', 'auto'), device)
+        sharded = self.sharded
+        if sharded is None:
+            sharded = get_world_size() > 1 and backend == 'torch'
+        return ('torch' if sharded else backend), sharded
+
     def run_round(self, runner, epochs_done: int) -> dict:
         """One clustering round; returns the per-level statistics (rank 0) or {}."""
         model = unwrap_model(runner.model)
@@ -96,21 +125,27 @@ class PseudoLabelHook(Hook):
         dataset = self._data(runner)
         rate = acceptance_rate(epochs_done, runner.max_epochs, self.scheme, self.final_rate,
                                self.step_epoch)
+        device = bank.labels.device
+        backend, sharded = self._plan(device)
         tic = time.perf_counter()
+        # Sharded, every rank keeps its own features; otherwise all are gathered everywhere.
         feats, true_labels = extract_features(runner.model, dataset, self.feature, self.batch_size,
                                               self.num_workers, desc=f'clustering round '
-                                              f'(epoch {epochs_done})')
+                                              f'(epoch {epochs_done})', gather=not sharded)
         extract_s = time.perf_counter() - tic
-        device = bank.labels.device
         num, levels = len(dataset), len(self.num_clusters)
         labels = torch.empty(levels, num, dtype=torch.long, device=device)
         pcl = model.uses_prototypes or self.confidence == 'pcl'
         centroids = torch.zeros(levels, max(self.num_clusters), feats.shape[1], device=device)
         concentration = torch.ones(levels, max(self.num_clusters), device=device)
         stats: dict = {}
-        if is_main_process():
+        if sharded or is_main_process():
             stats, round_labels, cents, concs = self._cluster(
-                feats, true_labels, rate, epochs_done, float(model.temperature), pcl, runner)
+                feats.to(device), true_labels, num, backend, sharded, rate, epochs_done,
+                float(model.temperature), pcl, runner)
+        if not is_main_process():
+            stats = {}  # other ranks of a sharded round only helped
+        else:
             stats['seconds_extract'] = extract_s
             labels.copy_(round_labels.to(device))
             for level, (c, phi) in enumerate(zip(cents, concs)):
@@ -124,26 +159,47 @@ class PseudoLabelHook(Hook):
                     [concentration[i, :k] for i, k in enumerate(ks)])
         return stats
 
-    def _cluster(self, feats, true_labels, rate, epochs_done, temperature, pcl, runner):
+    def _cluster(self, feats, true_labels, num, backend, sharded, rate, epochs_done, temperature,
+                 pcl, runner):
+        """k-means, confidence and acceptance of one round: on rank 0 with all the features, or
+        on every rank with its shard (``sharded``); logs and saves on rank 0."""
         seed = self.seed + 7919 * epochs_done  # a new seed every round, varied per level inside
+        index = shard_index(num).to(feats.device) if sharded else None
         tic = time.perf_counter()
-        results = multi_level_kmeans(feats, self.num_clusters, seed=seed, **self.kmeans)
+        results = multi_level_kmeans(feats, self.num_clusters, seed=seed,
+                                     **{**self.kmeans, 'backend': backend}, sample_index=index)
         kmeans_s = time.perf_counter() - tic
+
+        def gather(x):
+            # Only the small per-sample arrays travel: acceptance ranks all N samples together.
+            return (gather_shards(x, num) if sharded else x).cpu()
+
+        main = is_main_process()
+        true_labels = gather(true_labels)
         has_truth = bool((true_labels >= 0).all())
         round_labels, cents, concs, saved = [], [], [], {}
-        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_kmeans': kmeans_s, 'levels': []}
+        first = results[0]
+        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_kmeans': kmeans_s,
+                 'kmeans_backend': first.backend, 'kmeans_device': first.device,
+                 'kmeans_processes': first.num_shards, 'levels': []}
         conf_s = 0.0
         for level, (k, res) in enumerate(zip(self.num_clusters, results)):
             tic = time.perf_counter()
-            phi = pcl_concentration(feats, res.centroids, res.assignments, temperature) if pcl \
-                else torch.ones(k)
+            phi = pcl_concentration(feats, res.centroids, res.assignments, temperature,
+                                    sharded=sharded) if pcl else torch.ones(k)
             if self.confidence == 'kappa':
                 kappa = confidence(feats, res.centroids, res.assignments, temperature)
             else:
                 kappa = cluster_confidence(phi, res.assignments)
-            accepted, threshold = accept_labels(res.assignments, kappa, rate)
+            assignments, kappa = gather(res.assignments), gather(kappa)
+            accepted, threshold = accept_labels(assignments, kappa, rate)
             conf_s += time.perf_counter() - tic
-            sizes = torch.bincount(res.assignments, minlength=k).float()
+            round_labels.append(accepted)
+            cents.append(res.centroids)
+            concs.append(phi)
+            if not main:
+                continue
+            sizes = torch.bincount(assignments, minlength=k).float()
             kept = accepted[accepted >= 0]
             level_stats = {
                 'k': k, 'accept_rate': float((accepted >= 0).float().mean()),
@@ -151,29 +207,30 @@ class PseudoLabelHook(Hook):
                 'size_min': float(sizes.min()), 'size_median': float(sizes.median()),
                 'size_max': float(sizes.max())}
             if has_truth:
-                level_stats.update(cluster_quality(true_labels.numpy(), res.assignments.numpy()))
+                level_stats.update(cluster_quality(true_labels.numpy(), assignments.numpy()))
                 mtpr, mtnr = false_negative_rates(accepted.numpy(), true_labels.numpy())
                 level_stats.update(mtpr=mtpr, mtnr=mtnr)
             stats['levels'].append(level_stats)
-            round_labels.append(accepted)
-            cents.append(res.centroids)
-            concs.append(phi)
-            saved[f'assignments_{level}'] = res.assignments.numpy()
+            saved[f'assignments_{level}'] = assignments.numpy()
             saved[f'confidence_{level}'] = kappa.numpy()
-            saved[f'centroids_{level}'] = res.centroids.numpy()
+            saved[f'centroids_{level}'] = res.centroids.cpu().numpy()
         stats['seconds_confidence'] = conf_s
         round_labels = torch.stack(round_labels)
-        self._log(runner, stats)
-        if self.save_labels:
-            self._save(runner, stats, round_labels, true_labels, saved)
+        if main:
+            self._log(runner, stats)
+            if self.save_labels:
+                self._save(runner, stats, round_labels, true_labels, saved)
         return stats, round_labels, cents, concs
 
     def _log(self, runner, stats: dict) -> None:
         scalars = {f'ifnd/seconds_{part}': stats[f'seconds_{part}']
                    for part in ('kmeans', 'confidence') if f'seconds_{part}' in stats}
         scalars['ifnd/rate'] = stats['rate']
+        where = f'k-means: {stats["kmeans_backend"]} on {stats["kmeans_device"]}'
+        if stats['kmeans_processes'] > 1:
+            where += f' (sharded over {stats["kmeans_processes"]} processes)'
         lines = [f'Clustering round after {stats["epoch"]} epochs: acceptance rate '
-                 f'{stats["rate"]:.3f}, k-means {stats["seconds_kmeans"]:.1f}s, '
+                 f'{stats["rate"]:.3f}, {where}, k-means {stats["seconds_kmeans"]:.1f}s, '
                  f'confidence {stats["seconds_confidence"]:.1f}s']
         for level in stats['levels']:
             tag = f'ifnd/k{level["k"]}'

@@ -21,7 +21,8 @@ from mmengine.model import BaseModel
 from torch import nn
 
 from ifnd.registry import MODELS
-from .encoder import IMAGENET_PREPROCESSOR, load_backbone_weights
+from .encoder import (IMAGENET_PREPROCESSOR, backbone_fits, backbone_state, load_backbone_weights,
+                      load_checkpoint_file, resolve_backbone_config)
 
 
 @MODELS.register_module()
@@ -29,7 +30,9 @@ class ImageClassifier(BaseModel):
     """Backbone + linear head trained with cross-entropy; ``frozen`` selects the linear protocol.
 
     ``pretrained`` is any checkpoint :func:`load_backbone_weights` reads (training checkpoints,
-    backbone-only files, MoCo/PCL, torchvision/timm); a mismatch with ``backbone`` raises.
+    backbone-only files, MoCo, PCL, solo-learn, mmselfsup, VISSL, torchvision/timm). ``backbone``
+    is used when it fits the checkpoint's weights; otherwise the checkpoint's own backbone (its
+    config, or the ResNet its weights describe) replaces it, with a warning.
     ``predict`` returns one ``dict(pred_score, gt_label)`` per sample for the ``Accuracy`` metric.
     """
 
@@ -40,6 +43,12 @@ class ImageClassifier(BaseModel):
                          init_cfg=init_cfg)
         if num_classes < 1:
             raise ValueError(f'num_classes must be >= 1, got {num_classes}')
+        checkpoint = load_checkpoint_file(pretrained) if pretrained else None
+        if checkpoint is not None and not backbone_fits(backbone, backbone_state(checkpoint, pretrained)):
+            configured, backbone = backbone, resolve_backbone_config(checkpoint, pretrained)
+            print_log(f'ImageClassifier: model.backbone {dict(configured)} does not fit {pretrained}; '
+                      f'using the checkpoint\'s backbone {backbone}', logger='current',
+                      level=logging.WARNING)
         self.backbone = MODELS.build(backbone)
         self.num_classes = num_classes
         self.pretrained = pretrained
@@ -51,7 +60,7 @@ class ImageClassifier(BaseModel):
         if pretrained:
             # Loaded here too, so a model built outside a runner is complete and a wrong
             # checkpoint fails before any data is read.
-            load_backbone_weights(self.backbone, pretrained)
+            load_backbone_weights(self.backbone, pretrained, checkpoint)
         elif frozen:
             print_log('ImageClassifier: frozen backbone without `pretrained` weights: this '
                       'evaluates a randomly initialised encoder. Pass '

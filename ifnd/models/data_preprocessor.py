@@ -1,9 +1,10 @@
-"""Moves multi-view batches to the device and normalises them there."""
+"""Moves multi-view batches to the device, makes the views there when asked, and normalises them."""
 from typing import Sequence
 
 import torch
 from mmengine.model import BaseDataPreprocessor
 
+from ifnd.datasets.device_augment import DeviceAugmentCache, decode_images
 from ifnd.registry import MODELS
 
 
@@ -11,7 +12,10 @@ from ifnd.registry import MODELS
 class ContrastiveDataPreprocessor(BaseDataPreprocessor):
     """Turns a collated batch into ``{'inputs': [views], 'data_samples': {'index', 'label'}}``.
 
-    Normalising on the device keeps the loader's work (and host-to-device traffic) small.
+    Normalising on the device keeps the loader's work (and host-to-device traffic) small. A batch
+    from a data set with ``augment_on='device'`` carries raw images (uint8 ``[B, C, H, W]``, or
+    encoded files with their ``'path'``) and its view pipeline under ``'augment'``: files are
+    decoded here (``decode_jpeg`` on the device) and the views made by kornia, per sample.
     """
 
     def __init__(self, mean: Sequence[float] = (0.485, 0.456, 0.406),
@@ -19,13 +23,28 @@ class ContrastiveDataPreprocessor(BaseDataPreprocessor):
         super().__init__(non_blocking)
         self.register_buffer('mean', torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1), False)
         self.register_buffer('std', torch.tensor(std, dtype=torch.float32).view(-1, 1, 1), False)
+        self._device_views = DeviceAugmentCache()
 
     def forward(self, data: dict, training: bool = False) -> dict:
         """Normalised views on the model's device, plus sample indices and labels."""
-        data = self.cast_data(data)
-        views = data['inputs']
-        if isinstance(views, torch.Tensor):
-            views = [views]
+        pipeline = data.get('augment') if isinstance(data, dict) else None
+        if pipeline is not None:
+            data = dict(data)
+            del data['augment']
+            raw = data.pop('inputs')
+            paths = data.pop('path', None)
+            device = self.mean.device
+            if not isinstance(raw, torch.Tensor):  # encoded files, read on the CPU: decode on the device
+                raw = decode_images(raw, paths, device)
+            else:
+                raw = raw.to(device, non_blocking=self._non_blocking)
+            data = self.cast_data(data)
+            views = self._device_views.get(pipeline, device)(raw)
+        else:
+            data = self.cast_data(data)
+            views = data['inputs']
+            if isinstance(views, torch.Tensor):
+                views = [views]
         views = [(v.float() - self.mean) / self.std for v in views]
         samples = {key: data[key] for key in ('index', 'label') if key in data}
         return {'inputs': views, 'data_samples': samples}

@@ -1,26 +1,49 @@
 """The pre-trained encoder used by every evaluation: a backbone, its preprocessing and its weights.
 
-Weights come from any of: a checkpoint written by training (the algorithm's ``backbone.*``), a
-backbone-only file (``tools/extract_backbone.py``), a MoCo/PCL-style ``state_dict`` with
-``module.encoder_q.*`` keys, or a torchvision/timm ResNet state dict.
+Weights come from any of the layouts in ``CHECKPOINT_LAYOUTS``: this project's training
+checkpoints and backbone-only files (which carry their backbone config), MoCo v1/v2/v3, PCL,
+solo-learn, mmselfsup/mmpretrain, VISSL, and torchvision/timm state dicts. Files without a config
+have their ResNet architecture read from the weights' keys and shapes
+(:func:`infer_backbone_config`).
 """
 import copy
+import re
 
+import timm
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.model import BaseModel
 
-from ifnd.engine.checkpoint import mmengine_checkpoint_globals
+from ifnd.engine.checkpoint import read_checkpoint as load_checkpoint_file  # the tools' name for it
 from ifnd.registry import MODELS
 
-# Key prefixes of the backbone inside known checkpoint layouts, tried in this order.
-BACKBONE_PREFIXES = ('backbone.model.', 'module.encoder_q.', 'encoder_q.', 'module.backbone.model.',
-                     'module.', 'model.')
+# (where, key prefix of the backbone inside the state dict), tried in this order; the first prefix
+# that some key starts with is the backbone.
+CHECKPOINT_LAYOUTS = (
+    ('ifnd training checkpoint', 'backbone.model.'),
+    ('MoCo v1/v2, PCL', 'module.encoder_q.'),
+    ('MoCo v1/v2, PCL (not DataParallel)', 'encoder_q.'),
+    ('MoCo v3', 'module.base_encoder.'),
+    ('MoCo v3 (not DataParallel)', 'base_encoder.'),
+    ('ifnd training checkpoint (DataParallel)', 'module.backbone.model.'),
+    ('solo-learn, mmselfsup/mmpretrain', 'backbone.'),
+    ('VISSL trunk', '_feature_blocks.'),
+    ('DataParallel state dict', 'module.'),
+    ('model wrapper', 'model.'),
+)
+BACKBONE_PREFIXES = tuple(prefix for _, prefix in CHECKPOINT_LAYOUTS)
 # Keys that belong to a classifier or projection head, never to the backbone.
 HEAD_PREFIXES = ('fc.', 'head.', 'classifier.')
+# First key components of a bare (un-prefixed) backbone: torchvision/timm ResNets and timm's others.
+BARE_BACKBONE_KEYS = ('conv1.', 'bn1.', 'layer1.', 'stem.', 'patch_embed.', 'blocks.', 'stages.',
+                      'features.', 'cls_token', 'pos_embed')
 IMAGENET_PREPROCESSOR = dict(type='ContrastiveDataPreprocessor', mean=(0.485, 0.456, 0.406),
                              std=(0.229, 0.224, 0.225))
+# timm ResNet stage widths and stem width when not reduced.
+RESNET_CHANNELS = (64, 128, 256, 512)
+RESNET_STEM_WIDTH = 64
+MODEL_NAME_HINT = 'pass --model-name NAME (model_name=NAME in Python)'
 
 
 @MODELS.register_module()
@@ -31,6 +54,7 @@ class Encoder(BaseModel):
                  init_cfg: dict | None = None) -> None:
         super().__init__(data_preprocessor=MODELS.build(data_preprocessor or IMAGENET_PREPROCESSOR),
                          init_cfg=init_cfg)
+        self.backbone_cfg = copy.deepcopy(dict(backbone))  # what rebuilds this backbone
         self.backbone = MODELS.build(backbone)
 
     def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -50,78 +74,243 @@ class Encoder(BaseModel):
         return self.extract_feat(views)
 
 
-def load_checkpoint_file(path: str) -> dict:
-    """A checkpoint loaded with ``weights_only=True`` (mmengine's plain-data state allowed)."""
-    try:
-        with torch.serialization.safe_globals(mmengine_checkpoint_globals()):
-            obj = torch.load(path, map_location='cpu', weights_only=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f'checkpoint not found: {path}') from None
-    if not isinstance(obj, dict):
-        raise ValueError(f'{path} holds a {type(obj).__name__}, not a state dict or checkpoint')
-    return obj
+def _tensors(mapping) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in mapping.items() if isinstance(v, torch.Tensor)}
 
 
-def backbone_state(checkpoint: dict) -> dict[str, torch.Tensor]:
+def _inner_state(checkpoint: dict) -> dict[str, torch.Tensor]:
+    """The state dict inside a checkpoint's wrappers (VISSL's nesting included)."""
+    classy = checkpoint.get('classy_state_dict')
+    if isinstance(classy, dict):  # VISSL: classy_state_dict.base_model.model.trunk
+        trunk = ((classy.get('base_model') or {}).get('model') or {}).get('trunk')
+        if isinstance(trunk, dict):
+            return _tensors(trunk)
+    for key in ('state_dict', 'model_state_dict', 'model'):
+        if isinstance(checkpoint.get(key), dict) and _tensors(checkpoint[key]):
+            return _tensors(checkpoint[key])
+    return _tensors(checkpoint)
+
+
+def _key_prefixes(keys, depth: int = 2, limit: int = 12) -> str:
+    counts: dict[str, int] = {}
+    for key in keys:
+        prefix = '.'.join(key.split('.')[:depth]) + ('.' if key.count('.') >= depth else '')
+        counts[prefix] = counts.get(prefix, 0) + 1
+    shown = [f'{p} ({n})' for p, n in list(counts.items())[:limit]]
+    return ', '.join(shown) + (f' ... ({len(counts)} in all)' if len(counts) > limit else '')
+
+
+def backbone_state(checkpoint: dict, source: str = 'checkpoint') -> dict[str, torch.Tensor]:
     """The backbone's weights under timm/torchvision key names, from any supported layout."""
-    state = checkpoint.get('state_dict', checkpoint.get('model', checkpoint))
-    state = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    state = _inner_state(checkpoint)
     for prefix in BACKBONE_PREFIXES:
         if any(k.startswith(prefix) for k in state):
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
             break
+    else:
+        if not any(k.startswith(BARE_BACKBONE_KEYS) for k in state):
+            layouts = '; '.join(f'{name}: {prefix}*' for name, prefix in CHECKPOINT_LAYOUTS)
+            raise ValueError(
+                f'{source}: unknown checkpoint layout. Top-level keys: '
+                f'[{", ".join(map(str, list(checkpoint)[:12]))}]; tensor key prefixes: '
+                f'[{_key_prefixes(state) or "none"}]. Layouts read: {layouts}; or a bare '
+                'torchvision/timm state dict. Re-save the backbone under one of these prefixes')
     return {k: v for k, v in state.items() if not k.startswith(HEAD_PREFIXES)}
 
 
-def load_backbone_weights(backbone: torch.nn.Module, path: str) -> None:
-    """Load a checkpoint's backbone into a ``TimmBackbone``, failing loudly on any mismatch."""
-    state = backbone_state(load_checkpoint_file(path))
+def _signature(state: dict) -> dict[str, tuple]:
+    # num_batches_tracked is absent from old torchvision files and carries no weights.
+    return {k: tuple(v.shape) for k, v in state.items() if not k.endswith('num_batches_tracked')}
+
+
+# Key → shape of built backbone configs, by the config's repr: the same candidates recur.
+_BUILT_SIGNATURES: dict[str, dict | None] = {}
+
+
+def backbone_fits(backbone: dict, state: dict[str, torch.Tensor]) -> bool:
+    """Whether ``backbone`` (a config) has exactly the keys and shapes of ``state``."""
+    cfg = dict(backbone, pretrained=False)
+    key = repr(sorted(cfg.items(), key=lambda item: item[0]))
+    if key not in _BUILT_SIGNATURES:
+        try:
+            with torch.device('meta'):  # no memory, no initialisation cost
+                module = MODELS.build(cfg)
+            _BUILT_SIGNATURES[key] = _signature(getattr(module, 'model', module).state_dict())
+        except Exception:  # noqa: BLE001 (a config that does not build does not fit)
+            _BUILT_SIGNATURES[key] = None
+    return _BUILT_SIGNATURES[key] == _signature(state)
+
+
+def _resnet_candidates(depth: int) -> list[str]:
+    """timm's ResNet-family names of a given depth (resnet50d, wide_resnet50_2, seresnet50...)."""
+    pattern = re.compile(rf'(?<!\d){depth}(?!\d)')
+    return [n for n in timm.list_models(module='resnet') if pattern.search(n)]
+
+
+def infer_backbone_config(state: dict[str, torch.Tensor]) -> dict:
+    """The ``TimmBackbone`` config that rebuilds exactly the ResNet whose weights ``state`` holds.
+
+    Reads the block type (basic or bottleneck) and per-stage block counts (hence the depth),
+    the stem and stage widths (``stem_width``, ``channels``) and a 3x3 ``conv1`` (the CIFAR stem,
+    which comes without max-pooling). Plain ResNets (torchvision's layout) are timm's
+    ``resnet{depth}``; other ResNet-family weights are matched against timm's variants, and an
+    error lists them when several fit or none does.
+    """
+    counts = []
+    for stage in range(1, 5):
+        blocks = {int(m.group(1)) for k in state if (m := re.match(rf'layer{stage}\.(\d+)\.', k))}
+        if not blocks:
+            break
+        counts.append(max(blocks) + 1)
+    stem = state.get('conv1.weight', state.get('conv1.0.weight'))
+    if len(counts) != 4 or stem is None or stem.dim() != 4:
+        raise ValueError(f'the weights are not a ResNet (keys: {_key_prefixes(state, 1, 8)}), so '
+                         f'their architecture cannot be read from them: {MODEL_NAME_HINT}, '
+                         'e.g. vit_small_patch16_224')
+    bottleneck = 'layer1.0.conv3.weight' in state
+    depth = 2 + (3 if bottleneck else 2) * sum(counts)
+    kind = f'{"bottleneck" if bottleneck else "basic"} blocks {tuple(counts)}'
+
+    cfg = dict(type='TimmBackbone', model_name=f'resnet{depth}')
+    last_conv = 'conv3' if bottleneck else 'conv2'
+    expansion = 4 if bottleneck else 1
+    channels = tuple(state[f'layer{i}.0.{last_conv}.weight'].shape[0] // expansion for i in range(1, 5))
+    if channels != RESNET_CHANNELS:
+        cfg['channels'] = channels
+    if 'conv1.weight' in state:
+        if stem.shape[0] != RESNET_STEM_WIDTH:
+            cfg['stem_width'] = stem.shape[0]
+        if stem.shape[-1] == 3:
+            cfg['cifar_stem'] = True
+    if stem.shape[1] != 3:
+        cfg['in_chans'] = stem.shape[1]
+    if 'conv1.weight' in state and backbone_fits(cfg, state):
+        return cfg
+
+    fits = [name for name in _resnet_candidates(depth)
+            if backbone_fits(dict(type='TimmBackbone', model_name=name), state)]
+    if len(fits) == 1:
+        return dict(type='TimmBackbone', model_name=fits[0])
+    stem_kind = 'a deep stem (conv1.0, conv1.1, ...)' if 'conv1.0.weight' in state else 'a single conv1'
+    if fits:
+        raise ValueError(f'the weights are a ResNet-{depth} ({kind}, {stem_kind}) that fits several '
+                         f'timm models equally: {", ".join(fits)}; {MODEL_NAME_HINT} with the one '
+                         'it was trained as')
+    raise ValueError(f'the weights are a ResNet-{depth}-like network ({kind}, {stem_kind}) that no '
+                     f'timm ResNet variant of that depth matches exactly (tried '
+                     f'{", ".join(_resnet_candidates(depth)) or "none"}); {MODEL_NAME_HINT} and the '
+                     'options it needs')
+
+
+def _mismatch_error(backbone: torch.nn.Module, state: dict, source: str) -> ValueError:
     target = backbone.model.state_dict()
     missing = sorted(set(target) - set(state))
     unexpected = sorted(set(state) - set(target))
     wrong_shape = sorted(f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}'
                          for k in set(state) & set(target) if state[k].shape != target[k].shape)
-    if missing or unexpected or wrong_shape:
-        def listing(keys):
-            return ', '.join(keys[:12]) + (f' ... ({len(keys)} in all)' if len(keys) > 12 else '')
-        raise ValueError(
-            f'{path} does not match the backbone {type(backbone.model).__name__}: '
-            f'missing keys [{listing(missing)}]; unexpected keys [{listing(unexpected)}]; '
-            f'shape mismatches [{listing(wrong_shape)}]. Check the backbone name and options '
-            '(e.g. model_name, cifar_stem) against the checkpoint')
+
+    def listing(keys):
+        return ', '.join(keys[:12]) + (f' ... ({len(keys)} in all)' if len(keys) > 12 else '')
+    try:
+        hint = f'The weights are {infer_backbone_config(state)}'
+    except ValueError as err:
+        hint = str(err)[0].upper() + str(err)[1:]
+    return ValueError(
+        f'{source} does not match the backbone {type(backbone.model).__name__}: '
+        f'missing keys [{listing(missing)}]; unexpected keys [{listing(unexpected)}]; '
+        f'shape mismatches [{listing(wrong_shape)}]. {hint}; set the backbone options '
+        '(model_name, cifar_stem, channels...) to match')
+
+
+def load_backbone_weights(backbone: torch.nn.Module, path: str, checkpoint: dict | None = None) -> None:
+    """Load a checkpoint's backbone into a ``TimmBackbone``, failing loudly on any mismatch.
+
+    ``checkpoint`` is the already loaded content of ``path``, when the caller has it.
+    """
+    state = backbone_state(checkpoint if checkpoint is not None else load_checkpoint_file(path), path)
+    target = backbone.model.state_dict()
+    for key in set(target) - set(state):  # files from before BatchNorm counted its batches
+        if key.endswith('num_batches_tracked'):
+            state[key] = torch.zeros_like(target[key])
+    if set(state) != set(target) or any(state[k].shape != target[k].shape for k in state):
+        raise _mismatch_error(backbone, state, path)
     backbone.model.load_state_dict(state, strict=True)
 
 
 def checkpoint_model_config(checkpoint: dict) -> dict | None:
-    """The model config a checkpoint carries: training's full config, or a backbone-only file's."""
-    meta = checkpoint.get('meta') or {}
+    """The model config a checkpoint carries: training's full config, or a backbone-only file's.
+
+    Only a config whose backbone this project builds counts: mmengine-based peers (mmselfsup,
+    mmpretrain) also store a ``meta['cfg']``, of their own models.
+    """
+    meta = checkpoint.get('meta')
+    meta = meta if isinstance(meta, dict) else {}
+    model = None
     if isinstance(meta.get('cfg'), str):
-        return Config.fromstring(meta['cfg'], '.py').model.to_dict()
-    if isinstance(meta.get('model'), dict):
-        return copy.deepcopy(meta['model'])
-    return None
+        try:
+            model = Config.fromstring(meta['cfg'], '.py').get('model')
+            model = model.to_dict() if model is not None else None
+        except Exception:  # noqa: BLE001 (a peer's config may need its own packages)
+            return None
+    elif isinstance(meta.get('model'), dict):
+        model = copy.deepcopy(meta['model'])
+    if not isinstance(model, dict):
+        return None
+    backbone_type = (model.get('backbone') or {}).get('type')
+    if backbone_type is not None and (not isinstance(backbone_type, str)
+                                      or MODELS.get(backbone_type) is None):
+        return None
+    return model
+
+
+def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_name: str | None = None,
+                            default_backbone: dict | None = None, **backbone_kwargs) -> dict:
+    """The backbone config that rebuilds a checkpoint's backbone, explicit settings applied last.
+
+    In order: the config the checkpoint carries; else ``default_backbone`` when it fits the weights
+    exactly; else what :func:`infer_backbone_config` reads from the weights; ``model_name``
+    settles a name the weights leave open (its stem and width still come from the weights).
+    """
+    own = (checkpoint_model_config(checkpoint) or {}).get('backbone')
+    if own:
+        backbone = copy.deepcopy(dict(own))
+        if model_name is not None:
+            backbone['model_name'] = model_name
+    else:
+        state = backbone_state(checkpoint, source)
+        default = copy.deepcopy(dict(default_backbone or {}))
+        if model_name is not None:
+            default['model_name'] = model_name
+        default.setdefault('type', 'TimmBackbone')
+        if 'model_name' in default and backbone_fits(dict(default, **backbone_kwargs), state):
+            backbone = default
+        else:
+            try:
+                backbone = infer_backbone_config(state)
+            except ValueError as err:
+                if 'model_name' not in default:
+                    raise ValueError(f'{source}: {err}') from None
+                backbone = default  # the weights cannot say; the given name is loaded as is
+            else:
+                if model_name is not None:
+                    backbone['model_name'] = model_name
+    backbone.update(backbone_kwargs)
+    backbone['pretrained'] = False  # the weights come from the checkpoint, never from timm's hub
+    return backbone
 
 
 def load_encoder(path: str, model_name: str | None = None, data_preprocessor: dict | None = None,
                  default_backbone: dict | None = None, **backbone_kwargs) -> Encoder:
-    """An ``Encoder`` with a checkpoint's backbone weights.
+    """An ``Encoder`` with a checkpoint's backbone weights, in any layout of ``CHECKPOINT_LAYOUTS``.
 
-    The backbone's settings come from the checkpoint when it carries them (our checkpoints do);
-    other files (MoCo, torchvision, timm) need ``model_name`` and, for small images,
-    ``cifar_stem=True``, or a ``default_backbone`` config to read them as. Explicit arguments
-    override what the checkpoint says.
+    The backbone comes from :func:`resolve_backbone_config`: the checkpoint's own config (ours
+    carry one), else ``default_backbone`` if it fits, else the ResNet the weights describe.
+    ``model_name`` and ``backbone_kwargs`` (e.g. ``cifar_stem``) override.
     """
     checkpoint = load_checkpoint_file(path)
+    backbone = resolve_backbone_config(checkpoint, path, model_name, default_backbone,
+                                       **backbone_kwargs)
     model_cfg = checkpoint_model_config(checkpoint) or {}
-    backbone = copy.deepcopy(dict(model_cfg.get('backbone') or default_backbone
-                                  or dict(type='TimmBackbone')))
-    if model_name is not None:
-        backbone['model_name'] = model_name
-    backbone.update(backbone_kwargs)
-    if 'model_name' not in backbone:
-        raise ValueError(f'{path} carries no model config: pass model_name (e.g. "resnet50") and, '
-                         'for 28/32-pixel images, cifar_stem=True')
-    backbone['pretrained'] = False
     encoder = Encoder(backbone, data_preprocessor or model_cfg.get('data_preprocessor'))
-    load_backbone_weights(encoder.backbone, path)
+    load_backbone_weights(encoder.backbone, path, checkpoint)
     return encoder

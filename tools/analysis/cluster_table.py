@@ -25,7 +25,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description='k-means (k = number of classes) on the training-set features of each '
                     'checkpoint, several seeds; NMI mean ± std as a Markdown table.')
     parser.add_argument('checkpoints', nargs='+', metavar='CKPT',
-                        help='training checkpoints (or backbone files with --config)')
+                        help='training checkpoints (or, with --config, backbone files and peer '
+                        'checkpoints: MoCo, PCL, solo-learn, mmselfsup, VISSL, torchvision/timm)')
     parser.add_argument('--out', help='also write the Markdown table to this file')
     parser.add_argument('--names', nargs='+',
                         help='row names (default: folder/file of each checkpoint)')

@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='t-SNE of training-set features of a checkpoint, coloured by ground truth and '
                     'by the pseudo labels of saved clustering rounds (one panel per round).')
-    parser.add_argument('checkpoint', help='training checkpoint (its config gives model and data)')
+    parser.add_argument('checkpoint', help='training checkpoint (its config gives model and data); '
+                        'with --config and --feature f, also a backbone file or peer checkpoint')
     parser.add_argument('--rounds', nargs='+', default=[], metavar='NPZ',
                         help='clustering rounds to show: work_dir/pseudo_labels/epoch_NNNN.npz')
     parser.add_argument('--out', required=True, help='output figure (.png)')

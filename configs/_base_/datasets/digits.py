@@ -8,10 +8,11 @@ train_dataloader = dict(
     batch_size=64,
     num_workers=0,
     drop_last=True,
-    sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='default_collate'),
+    sampler=dict(type='SeededSampler', shuffle=True),  # per-sample augmentation seeds: exact resume
+    collate_fn=dict(type='ifnd.batch_collate'),  # default_collate, or a whole batch from __getitems__
     dataset=dict(type='Digits', split='train',
-                 pipeline=dict(type='MultiView', num_views=2, transforms=view)),
+                 pipeline=dict(type='MultiView', num_views=2, transforms=view),
+                 augment_on='cpu'),  # 'device': views made by kornia in the data preprocessor
 )
 val_dataset = dict(type='Digits', split='test', pipeline=eval_pipeline)
 

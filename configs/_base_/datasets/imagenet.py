@@ -8,10 +8,11 @@ train_dataloader = dict(
     num_workers=8,
     persistent_workers=True,
     drop_last=True,
-    sampler=dict(type='DefaultSampler', shuffle=True),
-    collate_fn=dict(type='default_collate'),
+    sampler=dict(type='SeededSampler', shuffle=True),  # per-sample augmentation seeds: exact resume
+    collate_fn=dict(type='ifnd.batch_collate'),  # default_collate, or a whole batch from __getitems__
     dataset=dict(type='ImageNet', data_root=data_root, split='train',
-                 pipeline=dict(type='MultiView', num_views=2, transforms=view)),
+                 pipeline=dict(type='MultiView', num_views=2, transforms=view),
+                 augment_on='cpu'),  # 'device': views made by kornia in the data preprocessor
 )
 val_dataset = dict(type='ImageNet', data_root=data_root, split='val', pipeline=eval_pipeline)
 

@@ -1,0 +1,194 @@
+"""Images per second of tools/train.py's whole loop (loading, augmentation, step), CPU vs device views.
+
+Trains SimCLR with a small ResNet-18 through ``tools/train.py`` (one subprocess per run) on
+
+* ``digits``: scikit-learn's digits held in memory (``configs/_base_/datasets/digits.py``), and
+* ``jpeg``: a folder of JPEG files this script generates (ImageFolder layout, ``--jpeg-size`` pixels),
+
+each once with ``augment_on='cpu'`` (torchvision views in ``--workers`` loader workers) and once with
+``augment_on='device'`` (kornia views in the data preprocessor; in-memory data sampled as whole
+batches without workers, JPEG files decoded by ``decode_jpeg`` on the device). Every iteration is
+logged (``log_processor.window_size=1``); the first ``--warmup`` iterations are left out and the
+median iteration time gives images/s (source images; each makes two views).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import os.path as osp
+import statistics
+import subprocess
+import sys
+from typing import Sequence
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
+from common import HelpFormatter, describe_device, resolve_device  # noqa: E402
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+AUGMENT_ON = ('cpu', 'device')
+
+CONFIG = """\
+_base_ = [{runtime!r}, {dataset_base!r}]
+model = dict(
+    type='SimCLR', temperature=0.5,
+    backbone=dict(type='TimmBackbone', model_name='resnet18', cifar_stem={cifar_stem},
+                  channels={channels}),
+    neck=dict(type='MLPNeck', hidden_dim=64, out_dim=32, num_layers=2),
+    data_preprocessor=dict(type='ContrastiveDataPreprocessor'))
+train_dataloader = dict(batch_size={batch_size}, num_workers={workers}, persistent_workers={persistent},
+                        dataset={dataset})
+optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.05, momentum=0.9))
+train_cfg = dict(type='IterBasedTrainLoop', max_iters={iters})
+custom_hooks = []
+default_hooks = dict(logger=dict(interval=1),
+                     checkpoint=dict(interval=10 ** 9, by_epoch=False, save_last=False))
+log_processor = dict(window_size=1, by_epoch=False)
+log_level = 'WARNING'
+"""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=HelpFormatter)
+    p.add_argument('--data', nargs='+', choices=('digits', 'jpeg'), default=['digits', 'jpeg'],
+                   help='data sets to time')
+    p.add_argument('--iters', type=int, default=30, help='timed iterations per run')
+    p.add_argument('--warmup', type=int, default=5, help='iterations run first and left out')
+    p.add_argument('--batch-size', type=int, default=64)
+    p.add_argument('--workers', type=int, default=2, help='loader workers of the CPU-augmentation runs '
+                   '(and of the device runs on JPEG files, which only read the files)')
+    p.add_argument('--jpeg-images', type=int, default=256, help='JPEG files to generate')
+    p.add_argument('--jpeg-size', type=int, default=224, help='side of the generated JPEG files')
+    p.add_argument('--jpeg-crop', type=int, default=224, help='view size on the JPEG data (MoCo v2 view)')
+    p.add_argument('--channels', type=int, nargs=4, default=(8, 16, 32, 64), help='ResNet-18 stage widths')
+    p.add_argument('--threads', type=int, help='OMP/MKL threads of the training processes')
+    p.add_argument('--work-dir', default='work_dirs/throughput', help='configs, logs and the JPEG folder')
+    p.add_argument('--python', default=sys.executable, help='interpreter that runs tools/train.py')
+    p.add_argument('--out', help='write the results as JSON here')
+    return p.parse_args(argv)
+
+
+def make_jpeg_folder(root: str, n: int, size: int, seed: int = 0) -> str:
+    """``n`` JPEG files of about ``size`` pixels (sides vary by up to 25%) in 4 class folders."""
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    done = osp.join(root, f'.done-{n}-{size}')
+    if osp.isfile(done):
+        return root
+    for i in range(n):
+        h, w = (int(size * f) for f in rng.uniform(1.0, 1.25, 2))
+        yy, xx = np.mgrid[0:h, 0:w] / size
+        base = np.stack([np.sin(xx * rng.uniform(2, 12)), np.cos(yy * rng.uniform(2, 12)),
+                         np.sin((xx + yy) * rng.uniform(2, 12))], -1)
+        img = np.clip(127 + 100 * base + rng.normal(0, 12, (h, w, 3)), 0, 255).astype(np.uint8)
+        folder = osp.join(root, f'class{i % 4}')
+        os.makedirs(folder, exist_ok=True)
+        Image.fromarray(img).save(osp.join(folder, f'{i:05d}.jpg'), quality=90)
+    open(done, 'w').close()
+    return root
+
+
+def write_config(path: str, data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str) -> str:
+    """A tools/train.py config for one run."""
+    dataset_base = osp.join(REPO, 'configs', '_base_', 'datasets', 'digits.py' if data == 'digits' else
+                            'imagenet.py')
+    if data == 'digits':
+        dataset = dict(augment_on=augment_on)
+    else:
+        dataset = dict(_delete_=True, type='ImageFolder', data_root=jpeg_root, augment_on=augment_on,
+                       pipeline=dict(type='MultiView', num_views=2,
+                                     transforms=dict(type='MoCoV2View', size=args.jpeg_crop)))
+    workers = 0 if (data == 'digits' and augment_on == 'device') else args.workers
+    text = CONFIG.format(runtime=osp.join(REPO, 'configs', '_base_', 'default_runtime.py'),
+                         dataset_base=dataset_base, cifar_stem=data == 'digits', channels=tuple(args.channels),
+                         batch_size=args.batch_size, workers=workers, persistent=workers > 0,
+                         dataset=repr(dataset), iters=args.warmup + args.iters)
+    with open(path, 'w') as f:
+        f.write(text)
+    return path
+
+
+def iteration_times(work_dir: str) -> tuple[list[float], list[float]]:
+    """Per-iteration ``time`` and ``data_time`` of the newest run in ``work_dir``."""
+    files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
+    if not files:
+        raise RuntimeError(f'no scalars.json under {work_dir}/*/vis_data; see {work_dir}/train.log')
+    times, data_times = [], []
+    with open(files[-1]) as f:
+        for line in f:
+            row = json.loads(line)
+            if 'time' in row:
+                times.append(row['time'])
+                data_times.append(row['data_time'])
+    return times, data_times
+
+
+def run(data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str) -> dict:
+    """Train once through tools/train.py; images/s and the data-loading share of the timed iterations."""
+    work_dir = osp.abspath(osp.join(args.work_dir, f'{data}_{augment_on}'))
+    os.makedirs(work_dir, exist_ok=True)
+    config = write_config(osp.join(work_dir, 'config.py'), data, augment_on, args, jpeg_root)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    if args.threads is not None:
+        env['OMP_NUM_THREADS'] = env['MKL_NUM_THREADS'] = str(args.threads)
+    log_path = osp.join(work_dir, 'train.log')
+    with open(log_path, 'w') as log:
+        proc = subprocess.run([args.python, 'tools/train.py', config, '--work-dir', work_dir],
+                              cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        with open(log_path) as f:
+            print(f.read()[-4000:], file=sys.stderr)
+        raise SystemExit(f'{data}/{augment_on}: training failed with exit code {proc.returncode} (log: {log_path})')
+    times, data_times = iteration_times(work_dir)
+    times, data_times = times[args.warmup:], data_times[args.warmup:]
+    if not times:
+        raise SystemExit(f'{data}/{augment_on}: no timed iterations logged; raise --iters')
+    median = statistics.median(times)
+    return dict(data=data, augment_on=augment_on, iters=len(times), ms_per_iter=1000 * median,
+                images_per_s=args.batch_size / median, data_share=sum(data_times) / sum(times))
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Results as a Markdown table, with each device run's speed-up over the CPU run on the same data."""
+    cpu = {r['data']: r['images_per_s'] for r in rows if r['augment_on'] == 'cpu'}
+    lines = ['| Data | Views made on | ms / iter | Images / s | Data-time share | vs CPU views |',
+             '|---|---|---|---|---|---|']
+    for r in rows:
+        ratio = r['images_per_s'] / cpu[r['data']] if r['data'] in cpu else float('nan')
+        lines.append(f"| {r['data']} | {r['augment_on']} | {r['ms_per_iter']:.1f} | {r['images_per_s']:.0f} | "
+                     f"{100 * r['data_share']:.0f}% | {ratio:.2f}x |")
+    return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Run every (data, augmentation) pair, print the table and return the results."""
+    args = parse_args(argv)
+    device = describe_device(resolve_device('auto'))
+    if args.threads is not None and 'CPU' in device:
+        device = device.rsplit(',', 1)[0] + f', {args.threads} torch threads'
+    jpeg_root = ''
+    if 'jpeg' in args.data:
+        jpeg_root = make_jpeg_folder(osp.abspath(osp.join(args.work_dir, 'jpeg_data')), args.jpeg_images,
+                                     args.jpeg_size)
+    rows = []
+    for data in args.data:
+        for augment_on in AUGMENT_ON:
+            rows.append(run(data, augment_on, args, jpeg_root))
+            print(f"{data} / {augment_on}: {rows[-1]['images_per_s']:.0f} images/s", flush=True)
+    result = dict(device=device, batch_size=args.batch_size, workers=args.workers, jpeg_size=args.jpeg_size,
+                  jpeg_crop=args.jpeg_crop, channels=list(args.channels), rows=rows)
+    print(f'\nDevice: {device}; batch {args.batch_size}, {args.workers} loader workers for CPU views, '
+          f'{args.iters} timed iterations after {args.warmup}\n')
+    print(markdown_table(rows))
+    if args.out:
+        from ifnd.engine.cli import write_json
+        write_json(result, args.out)
+    return result
+
+
+if __name__ == '__main__':
+    main()

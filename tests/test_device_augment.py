@@ -1,0 +1,204 @@
+"""Views made in batches by kornia (augment_on='device'), checked against the CPU pipeline on CPU tensors."""
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+from helpers import digits_config
+from PIL import Image
+from scipy.stats import ks_2samp
+from torchvision.transforms import v2
+
+from ifnd.datasets import ContrastiveView, CorruptImageError, Digits, ImageFolder, MoCoV2View, SimCLRView
+from ifnd.datasets.datasets import batch_collate
+from ifnd.datasets.device_augment import DeviceView, DeviceViews, decode_images
+from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
+from ifnd.registry import RUNNERS
+
+pytest.importorskip('kornia')
+
+N_CROPS = 4000  # two-sample KS at n = m = 4000 detects a CDF gap of ~0.045 at p = 0.001
+N_DEVICE, N_CPU = 4000, 1500  # applied-or-not rates: binomial standard error <= 0.013 for the CPU side
+
+
+def _crop_scale_ratio(h, w, H, W):
+    return np.asarray(h * w / (H * W), dtype=float), np.asarray(w / h, dtype=float)
+
+
+@pytest.mark.parametrize('view,H,W', [(SimCLRView(size=32), 64, 96), (MoCoV2View(size=28), 28, 28)])
+def test_crop_scale_and_ratio_match_torchvision(view, H, W):
+    torch.manual_seed(0)
+    params = DeviceView(view).crop.forward_parameters((N_CROPS, 3, H, W))
+    src = params['src']  # corners (x, y) of each crop box, inclusive
+    kw = (src[:, 1, 0] - src[:, 0, 0] + 1).numpy()
+    kh = (src[:, 2, 1] - src[:, 1, 1] + 1).numpy()
+    assert (src[:, 0] >= 0).all() and (src[:, 2, 0] <= W - 1).all() and (src[:, 2, 1] <= H - 1).all()
+    img = torch.zeros(3, H, W)
+    tv = np.array([v2.RandomResizedCrop.get_params(img, list(view.params['scale']), list(view.params['ratio']))
+                   for _ in range(N_CROPS)])
+    k_scale, k_ratio = _crop_scale_ratio(kh, kw, H, W)
+    t_scale, t_ratio = _crop_scale_ratio(tv[:, 2], tv[:, 3], H, W)
+    assert ks_2samp(k_scale, t_scale).pvalue > 1e-3
+    assert ks_2samp(k_ratio, t_ratio).pvalue > 1e-3
+    lo, hi = view.params['scale']
+    assert k_scale.min() >= lo * 0.8 and k_scale.max() <= 1.0
+
+
+def _rate_images(n, seed=0):
+    """Random colour 8x8 images (uint8 [n, 3, 8, 8]); no image is left-right symmetric."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, 3, 8, 8), generator=g, dtype=torch.uint8)
+
+
+# Each case: view options that leave one random step on (crops are the whole 8x8 image), and
+# how to tell from (input, output) in [0, 1] that the step was applied.
+def _changed(x, y):
+    return (x - y).abs().flatten(1).amax(1) > 2 / 255
+
+
+def _grey(x, y):
+    return (y[:, 0] - y[:, 1]).abs().flatten(1).amax(1) < 1e-4
+
+
+def _flipped(x, y):
+    return (x.flip(-1) - y).abs().flatten(1).amax(1) < 1e-4
+
+
+RATE_CASES = {
+    'jitter': (dict(jitter_p=0.8, grayscale_p=0.0, flip=False), _changed, 0.8),
+    'grayscale': (dict(jitter_p=0.0, grayscale_p=0.2, flip=False), _grey, 0.2),
+    'flip': (dict(jitter_p=0.0, grayscale_p=0.0, flip=True), _flipped, 0.5),
+    # sigma >= 1, so every applied blur visibly changes random pixels
+    'blur': (dict(jitter_p=0.0, grayscale_p=0.0, flip=False, blur_p=0.5, blur_sigma=(1.0, 2.0)), _changed, 0.5),
+}
+
+
+@pytest.mark.parametrize('case', list(RATE_CASES))
+def test_step_rates_match_cpu_pipeline(case):
+    opts, applied, p = RATE_CASES[case]
+    view = ContrastiveView(size=8, scale=(1.0, 1.0), **opts)
+    torch.manual_seed(1)
+    x = _rate_images(N_DEVICE)
+    xf = x.float() / 255
+    y = DeviceView(view)(x)
+    dev_rate = applied(xf, y).float().mean().item()
+    xc = _rate_images(N_CPU, seed=2)
+    cpu_out = torch.stack([view(Image.fromarray(img.permute(1, 2, 0).numpy())) for img in xc])
+    cpu_rate = applied(xc.float() / 255, cpu_out).float().mean().item()
+    # 5 standard errors: a false alarm about once in 1.7 million runs.
+    assert abs(dev_rate - p) < 5 * np.sqrt(p * (1 - p) / N_DEVICE), (case, dev_rate)
+    assert abs(cpu_rate - p) < 5 * np.sqrt(p * (1 - p) / N_CPU), (case, cpu_rate)
+    assert abs(dev_rate - cpu_rate) < 5 * np.sqrt(p * (1 - p) * (1 / N_DEVICE + 1 / N_CPU))
+
+
+def test_views_shape_dtype_range_and_parameters():
+    torch.manual_seed(0)
+    simclr = SimCLRView(size=96)
+    dv = DeviceView(simclr)
+    assert dv.size == (96, 96) and dv.scale == (0.08, 1.0)
+    jitter, grey, blur, flip = dv.colour
+    assert (jitter.p, grey.p, blur.p, flip.p) == (0.8, 0.2, 0.5, 0.5)
+    assert jitter.brightness == pytest.approx(0.8) and jitter.hue == pytest.approx(0.2)
+    assert tuple(blur.flags['kernel_size']) == (9, 9)  # ~10% of 96, odd, as the CPU view
+    views = DeviceViews(dict(type='MultiView', num_views=3, transforms=dict(type='MoCoV2View', size=28)))
+    grey_batch = torch.randint(0, 256, (5, 1, 28, 28), dtype=torch.uint8)
+    out = views(grey_batch)
+    assert len(out) == 3
+    for v in out:
+        assert v.shape == (5, 3, 28, 28) and v.dtype == torch.float32
+        assert v.min() >= 0 and v.max() <= 1
+    assert not torch.equal(out[0], out[1])  # independent draws per view
+    assert len(DeviceView(MoCoV2View(size=28)).colour) == 3  # small images: no blur, as on the CPU
+    with pytest.raises(ValueError, match="augment_on='cpu'"):
+        DeviceViews(dict(type='EvalView', size=16))
+
+
+def test_digits_batches_and_preprocessor():
+    pipeline = dict(type='MultiView', num_views=2, transforms=dict(type='ContrastiveView', size=16))
+    ds = Digits(split='train', pipeline=pipeline, augment_on='device')
+    batch = batch_collate(ds.__getitems__([3, 0, 7]))
+    assert batch['inputs'].dtype == torch.uint8 and batch['inputs'].shape == (3, 1, 8, 8)
+    assert torch.equal(batch['inputs'][1, 0], torch.from_numpy(ds.data[0]))
+    assert batch['index'].tolist() == [3, 0, 7] and batch['label'].tolist() == ds.labels[[3, 0, 7]].tolist()
+    out = ContrastiveDataPreprocessor(mean=(0.2,) * 3, std=(0.3,) * 3)(batch, True)
+    assert [tuple(v.shape) for v in out['inputs']] == [(3, 3, 16, 16)] * 2
+    assert out['data_samples']['index'].tolist() == [3, 0, 7]
+    # Evaluation pipelines keep the CPU path even when the training config asks for the device.
+    eval_ds = Digits(split='train', pipeline=dict(type='EvalView', size=16), augment_on='device')
+    assert isinstance(eval_ds.__getitems__([0, 1]), list)
+    with pytest.raises(ValueError, match="augment_on must be 'cpu'"):
+        Digits(augment_on='gpu')
+
+
+def test_runner_trains_on_digits_with_device_views(tmp_path):
+    torch.manual_seed(0)
+    cfg = digits_config(str(tmp_path), dict(type='SimCLR', temperature=0.5), max_epochs=1)
+    cfg.train_dataloader.dataset.augment_on = 'device'
+    runner = RUNNERS.build(cfg)
+    runner.train()
+    assert runner.train_dataloader.dataset.device_pipeline is not None
+    losses = np.asarray(runner.message_hub.get_scalar('train/loss').data[0])
+    assert len(losses) == (len(runner.train_dataloader.dataset) // 64) and np.isfinite(losses).all()
+    assert osp.isfile(tmp_path / 'epoch_1.pth')
+
+
+def _write_jpegs(root, sizes):
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, (h, w) in enumerate(sizes):
+        cls = root / f'class{i % 2}'
+        cls.mkdir(parents=True, exist_ok=True)
+        # A smooth image, so JPEG decoders agree closely.
+        yy, xx = np.mgrid[0:h, 0:w]
+        img = np.stack([(xx * 255 // w), (yy * 255 // h), np.full_like(xx, rng.integers(0, 256))], -1)
+        path = cls / f'img{i}.jpg'
+        Image.fromarray(img.astype(np.uint8)).save(path, quality=95)
+        paths.append(str(path))
+    return paths
+
+
+def test_jpeg_files_decoded_and_augmented_in_batches(tmp_path):
+    sizes = [(40, 60), (64, 48), (50, 50), (33, 71)]
+    paths = _write_jpegs(tmp_path, sizes)
+    Image.fromarray(np.zeros((20, 30, 3), np.uint8) + 100).save(tmp_path / 'class0' / 'flat.png')
+    decoded = decode_images([torch.from_numpy(np.fromfile(p, np.uint8)) for p in paths], paths)
+    for img, p, (h, w) in zip(decoded, paths, sizes):
+        ref = torch.from_numpy(np.array(Image.open(p).convert('RGB'))).permute(2, 0, 1)
+        assert img.shape == (3, h, w) and img.dtype == torch.uint8
+        assert (img.float() - ref.float()).abs().mean() < 2.0
+    pipeline = dict(type='MultiView', num_views=2, transforms=dict(type='MoCoV2View', size=32))
+    ds = ImageFolder(str(tmp_path), pipeline=pipeline, augment_on='device')
+    loader = torch.utils.data.DataLoader(ds, batch_size=5, collate_fn=batch_collate)
+    (batch,) = list(loader)
+    assert isinstance(batch['inputs'], list) and len(batch['path']) == 5
+    out = ContrastiveDataPreprocessor()(batch, True)
+    assert [tuple(v.shape) for v in out['inputs']] == [(5, 3, 32, 32)] * 2
+    assert out['data_samples']['label'].tolist() == ds.labels.tolist()
+    # A corrupt JPEG among good ones is named in the error.
+    bad = tmp_path / 'class1' / 'broken.jpg'
+    bad.write_bytes(b'\xff\xd8\xff\xe0' + b'\x00' * 64)
+    ds = ImageFolder(str(tmp_path), pipeline=pipeline, augment_on='device')
+    batch = batch_collate(ds.__getitems__(list(range(len(ds)))))
+    with pytest.raises(CorruptImageError, match=r"broken\.jpg.*remove or replace"):
+        ContrastiveDataPreprocessor()(batch, True)
+
+
+def test_throughput_benchmark_configs(tmp_path):
+    """The benchmark's generated tools/train.py configs select the asked augmentation and loader."""
+    import importlib.util
+
+    from mmengine.config import Config
+    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'benchmarks', 'throughput.py')
+    spec = importlib.util.spec_from_file_location('bench_throughput', path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = bench.parse_args(['--iters', '4', '--warmup', '1', '--workers', '3'])
+    digits = Config.fromfile(bench.write_config(str(tmp_path / 'd.py'), 'digits', 'device', args, ''))
+    assert digits.train_dataloader.dataset.augment_on == 'device' and digits.train_dataloader.num_workers == 0
+    assert digits.train_cfg.max_iters == 5 and digits.custom_hooks == []
+    jpeg = Config.fromfile(bench.write_config(str(tmp_path / 'j.py'), 'jpeg', 'cpu', args, str(tmp_path)))
+    assert jpeg.train_dataloader.dataset.type == 'ImageFolder' and jpeg.train_dataloader.num_workers == 3
+    assert 'split' not in jpeg.train_dataloader.dataset
+    rows = [dict(data='digits', augment_on=a, ms_per_iter=t, images_per_s=64000 / t, data_share=0.5)
+            for a, t in (('cpu', 200.0), ('device', 100.0))]
+    assert '| digits | device | 100.0 | 640 | 50% | 2.00x |' in bench.markdown_table(rows)
