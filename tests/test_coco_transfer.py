@@ -237,8 +237,7 @@ def test_precise_bn_statistics_are_the_mean_of_batch_statistics():
 def _transfer(args: list[str], cwd: str = REPO) -> str:
     """Run tools/transfer_coco.py; return its output (stdout and stderr)."""
     result = subprocess.run([sys.executable, 'tools/transfer_coco.py', *args], cwd=cwd,
-                            capture_output=True, text=True, timeout=600,
-                            env=dict(os.environ, OMP_NUM_THREADS='2'))
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
