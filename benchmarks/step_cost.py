@@ -87,8 +87,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--compile-backend', default='inductor',
                         help="torch.compile backend ('eager' to check the wiring quickly)")
     parser.add_argument('--fused', action='store_true', help='fused SGD update')
-    parser.add_argument('--no-encoder', dest='encoder', action='store_false',
-                        help='skip the encoder-alone reference row')
+    parser.add_argument('--encoder', action=argparse.BooleanOptionalAction, default=True,
+                        help='time the encoder alone (fwd + bwd on both views) as a reference row')
     parser.add_argument('--threads', type=int, default=None,
                         help="torch CPU threads (default: torch's own; use 1 on a busy machine)")
     parser.add_argument('--seed', type=int, default=0, help='random seed')

@@ -144,12 +144,29 @@ def run(data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str) ->
             print(f.read()[-4000:], file=sys.stderr)
         raise SystemExit(f'{data}/{augment_on}: training failed with exit code {proc.returncode} (log: {log_path})')
     times, data_times = iteration_times(work_dir)
-    times, data_times = times[args.warmup:], data_times[args.warmup:]
+    # IterBasedTrainLoop sleeps 2 s (in data_time) whenever it starts a new pass over the data (mmengine's
+    # guard against loader-worker deadlocks); iterations that start a pass are left out.
+    per_pass = iterations_per_pass(data, args)
+    kept = [i for i in range(args.warmup, len(times)) if i % per_pass != 0]
+    times, data_times = [times[i] for i in kept], [data_times[i] for i in kept]
     if not times:
         raise SystemExit(f'{data}/{augment_on}: no timed iterations logged; raise --iters')
     median = statistics.median(times)
     return dict(data=data, augment_on=augment_on, iters=len(times), ms_per_iter=1000 * median,
                 images_per_s=args.batch_size / median, data_share=sum(data_times) / sum(times))
+
+
+def iterations_per_pass(data: str, args: argparse.Namespace) -> int:
+    """Batches in one pass over the training data (the loader drops the last partial batch)."""
+    if data == 'jpeg':
+        images = args.jpeg_images
+    else:
+        import ifnd  # noqa: F401  (registers the data sets)
+        from ifnd.registry import DATASETS
+        images = len(DATASETS.build(dict(type='Digits', split='train', pipeline=None)))
+    if images < args.batch_size:
+        raise SystemExit(f'{data}: {images} images make no batch of {args.batch_size}; lower --batch-size')
+    return images // args.batch_size
 
 
 def markdown_table(rows: list[dict]) -> str:

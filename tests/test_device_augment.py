@@ -199,6 +199,9 @@ def test_throughput_benchmark_configs(tmp_path):
     jpeg = Config.fromfile(bench.write_config(str(tmp_path / 'j.py'), 'jpeg', 'cpu', args, str(tmp_path)))
     assert jpeg.train_dataloader.dataset.type == 'ImageFolder' and jpeg.train_dataloader.num_workers == 3
     assert 'split' not in jpeg.train_dataloader.dataset
+    # Iterations that start a pass over the data (mmengine sleeps there) are found from the data size.
+    assert bench.iterations_per_pass('jpeg', bench.parse_args(['--jpeg-images', '130'])) == 2
+    assert bench.iterations_per_pass('digits', args) == len(Digits(split='train', pipeline=None)) // 64
     rows = [dict(data='digits', augment_on=a, ms_per_iter=t, images_per_s=64000 / t, data_share=0.5)
             for a, t in (('cpu', 200.0), ('device', 100.0))]
     assert '| digits | device | 100.0 | 640 | 50% | 2.00x |' in bench.markdown_table(rows)
