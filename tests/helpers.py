@@ -1,7 +1,9 @@
 """Tiny configs on scikit-learn's digits for real, short Runner runs."""
 import copy
+import os
 import os.path as osp
 import socket
+import sys
 
 from mmengine.config import Config
 
@@ -18,6 +20,18 @@ def free_port() -> int:
 TINY_BACKBONE = dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True,
                      channels=(8, 16, 32, 64))
 TINY_NECK = dict(type='MLPNeck', hidden_dim=64, out_dim=32, num_layers=2)
+
+
+def end_gloo_worker() -> None:
+    """Wait for every rank, then end this spawned worker at once with exit code 0."""
+    import torch.distributed as dist
+    dist.barrier()  # no rank exits while another still talks to it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: gloo's threads are sometimes destroyed while still joinable there
+    # ('terminate called without an active exception', SIGABRT) after all the work is done, with or
+    # without destroy_process_group().
+    os._exit(0)
 
 
 def digits_config(work_dir: str, model: dict, max_epochs: int = 2, pseudo_labels: dict | None = None,

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK, free_port
+from helpers import TINY_BACKBONE, TINY_NECK, end_gloo_worker, free_port
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
@@ -69,8 +69,6 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group('gloo', rank=rank, world_size=WORLD_SIZE)
-    # The group is left to process exit: destroy_process_group() followed by exit sometimes
-    # aborts inside gloo ('terminate called without an active exception').
     model = _build(model_type)
     labels = _pseudo_label_round(model, out_dir) if model_type.startswith('IFND') else None
     views, samples = _batch()
@@ -85,7 +83,7 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
         torch.save({'loss': loss / WORLD_SIZE, 'labels': labels, 'queue': queue,
                     'grads': {k: g / WORLD_SIZE for k, g in grads.items()}},
                    os.path.join(out_dir, 'dist.pt'))
-    dist.barrier()  # no rank exits while another still talks to it
+    end_gloo_worker()
 
 
 @pytest.mark.parametrize('model_type', ['SimCLR', 'IFND', 'MoCoV2', 'IFNDMoCo'])

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK, free_port
+from helpers import TINY_BACKBONE, TINY_NECK, end_gloo_worker, free_port
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
@@ -82,7 +82,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
               'hook': _hook_round(out_dir)}
     if rank == 0:
         torch.save(result, os.path.join(out_dir, 'sharded.pt'))
-    dist.barrier()  # no rank exits while another still talks to it
+    end_gloo_worker()
 
 
 @pytest.fixture(scope='module')
