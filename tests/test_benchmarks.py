@@ -1,11 +1,13 @@
 """The step-cost and clustering-cost benchmarks run end to end with tiny settings."""
 import importlib.util
 import json
+import math
 import os.path as osp
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -118,20 +120,175 @@ def test_help(name):
 
 
 def test_false_negatives_dry_run_commands(capsys):
-    """Only the command lines (training is far too slow for the test suite)."""
-    result = _load('false_negatives').main(['--dry-run', '--epochs', '3', '--subset', '0.1'])
+    """Only the command lines: every method once per seed, each followed by its linear probe."""
+    result = _load('false_negatives').main(['--dry-run', '--epochs', '3', '--subset', '0.1',
+                                            '--seeds', '0', '7', '--linear-epochs', '5'])
     assert result == {}
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
-    assert len(commands) == 3
-    for line, config in zip(commands, ('simclr_r18', 'ifnd_r18', 'supcon_r18')):
+    assert len(commands) == 2 * 4 * 2
+    pretrain, linear = commands[0::2], commands[1::2]
+    configs = ('simclr_r18', 'ifnd_r18', 'supcon_r18', 'oracle_elim_r18') * 2
+    for line, config, seed in zip(pretrain, configs, [0] * 4 + [7] * 4):
         assert config in line and 'tools/train.py' in line
+        assert f'randomness.seed={seed} ' in line and f'seed_{seed} ' in line
         assert 'train_cfg.max_epochs=3' in line
         assert 'train_dataloader.dataset.subset_fraction=0.1' in line
         assert 'param_scheduler.1.T_max=' in line
-    # The kNN hook is custom_hooks.1 in the IFND config (after PseudoLabelHook), .0 elsewhere.
-    assert 'custom_hooks.1.interval=3' in commands[1]
-    assert 'custom_hooks.0.interval=1' in commands[1]
-    assert 'custom_hooks.0.interval=3' in commands[0]
+    for line, pre in zip(linear, pretrain):
+        assert 'linear_r18_100e_fmnist.py' in line and 'train_cfg.max_epochs=5' in line
+        work_dir = pre.split('--work-dir ')[1].split()[0]
+        assert f'model.pretrained={work_dir}/epoch_3.pth' in line
+        # The probe's backbone is the pre-trained one, trained on the same images.
+        assert "'model.backbone.channels=(32,64,128,256)'" in line
+        assert 'train_dataloader.dataset.subset_fraction=0.1' in line
+        assert "'param_scheduler.0.milestones=[3,4]'" in line  # 60/75/90 of 100 epochs, scaled
+    # The kNN hook is custom_hooks.1 in the IFND config (after PseudoLabelHook), .0 elsewhere;
+    # k-means is seeded by the run seed.
+    assert 'custom_hooks.1.interval=5' in pretrain[1]
+    assert 'custom_hooks.0.interval=3' in pretrain[1] and 'custom_hooks.0.seed=0' in pretrain[1]
+    assert 'custom_hooks.0.seed=7' in pretrain[5]
+    assert 'custom_hooks.0.interval=5' in pretrain[0]
+
+
+def test_false_negatives_val_split_never_touches_the_test_split(capsys):
+    _load('false_negatives').main(['--dry-run', '--seeds', '0', '--eval-split', 'val',
+                                   '--val-fraction', '0.1', '--methods', 'ifnd'])
+    pretrain, linear = [line for line in capsys.readouterr().out.splitlines()
+                        if line.startswith('$ ')]
+    for line in (pretrain, linear):
+        assert 'split=test' not in line
+    assert 'custom_hooks.1.val_dataset.split=train' in pretrain
+    assert re.search(r'custom_hooks\.1\.val_dataset\.subset_file=\S+/split/val\.txt', pretrain)
+    assert re.search(r'train_dataloader\.dataset\.subset_file=\S+/split/train\.txt', pretrain)
+    assert 'val_dataloader.dataset.split=train' in linear
+    assert re.search(r'val_dataloader\.dataset\.subset_file=\S+/split/val\.txt', linear)
+
+
+def test_paired_statistics_against_direct_computation():
+    from scipy import stats
+    bench = _load('false_negatives')
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(2, 7))
+        den = rng.normal(5.0, 1.0, n)
+        num = 0.4 * den + rng.normal(0.0, 0.5, n)
+        # t-interval: scipy's own interval of the mean.
+        mean, lo, hi = bench.t_interval(num)
+        ref = stats.t.interval(0.95, n - 1, loc=num.mean(), scale=stats.sem(num))
+        np.testing.assert_allclose([lo, hi], ref, rtol=1e-10)
+        # Fieller: the ends are where the t statistic of num - rho * den reaches the quantile.
+        ratio, lo, hi = bench.fieller_interval(num, den)
+        assert ratio == pytest.approx(num.mean() / den.mean())
+        q = stats.t.ppf(0.975, n - 1)
+
+        def inside(rho):
+            d = num - np.atleast_1d(rho)[:, None] * den
+            return np.abs(d.mean(1)) <= q * d.std(1, ddof=1) / np.sqrt(n)
+        if math.isinf(lo):
+            assert inside(np.array([-1e6, 1e6])).all()
+            continue
+        grid = np.linspace(lo - 1.0, hi + 1.0, 20001)
+        members = grid[inside(grid)]
+        step = grid[1] - grid[0]
+        assert members.min() == pytest.approx(lo, abs=2 * step)
+        assert members.max() == pytest.approx(hi, abs=2 * step)
+        assert lo <= ratio <= hi
+
+
+def test_gap_closed_summary():
+    bench = _load('false_negatives')
+    runs = []
+    for seed, (simclr, ifnd, supcon, oracle) in enumerate(
+            [(80.0, 81.0, 90.0, 86.0), (81.0, 82.5, 90.5, 87.0), (79.0, 79.5, 89.0, 85.0)]):
+        for method, top1 in zip(('simclr', 'ifnd', 'supcon', 'oracle_elim'),
+                                (simclr, ifnd, supcon, oracle)):
+            runs.append({'method': method, 'seed': seed, 'top1': top1})
+    summary = bench.summarise(runs, [0, 1, 2])
+    assert summary['methods']['simclr']['top1']['mean'] == pytest.approx(80.0)
+    assert summary['methods']['simclr']['top1']['sd'] == pytest.approx(1.0)
+    assert summary['paired']['ifnd']['top1']['values'] == pytest.approx([1.0, 1.5, 0.5])
+    closed = summary['gap_closed']['ifnd']['top1']
+    assert closed['share'] == pytest.approx(3.0 / 29.5)
+    assert closed['low'] < closed['share'] < closed['high']
+    assert summary['gap_closed']['oracle_elim']['top1']['share'] == pytest.approx(18.0 / 29.5)
+    assert 'supcon' not in summary['gap_closed'] and 'linear_top1' not in summary['paired']['ifnd']
+
+
+def test_false_negatives_end_to_end_on_digits(tmp_path):
+    """Two seeds of SimCLR, IFND and SupCon through tools/train.py, linear probes included."""
+    from helpers import digits_config
+    from mmengine.config import Config
+
+    bench = _load('false_negatives')
+    configs = {}
+    models = {'simclr': dict(type='SimCLR', temperature=0.5), 'ifnd': dict(type='IFND'),
+              'supcon': dict(type='SupCon')}
+    for method, model in models.items():
+        labels = dict(num_clusters=[5, 10], interval=1, kmeans=dict(nredo=2)) \
+            if method == 'ifnd' else None
+        cfg = digits_config(str(tmp_path / 'cfg'), model, max_epochs=2, pseudo_labels=labels,
+                            knn=True)
+        cfg.param_scheduler = [
+            dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0, end=1),
+            dict(type='CosineAnnealingLR', T_max=1, by_epoch=True, begin=1, end=2)]
+        configs[method] = str(tmp_path / f'{method}.py')
+        cfg.dump(configs[method])
+    linear = Config.fromfile(osp.join(osp.dirname(BENCHMARKS), 'configs', 'benchmarks', 'linear',
+                                      'linear_r18_100e_fmnist.py'))
+    eval_view = dict(type='EvalView', size=16)
+    loader = dict(num_workers=0, persistent_workers=False, batch_size=128,
+                  collate_fn=dict(type='default_collate'))
+    linear.train_dataloader = dict(linear.train_dataloader, **loader, dataset=dict(
+        type='Digits', split='train', pipeline=dict(type='ContrastiveView', size=16,
+                                                    scale=(0.5, 1.0), flip=False)))
+    linear.val_dataloader = dict(linear.val_dataloader, **loader,
+                                 dataset=dict(type='Digits', split='test', pipeline=eval_view))
+    linear.test_dataloader = linear.val_dataloader
+    linear.model.data_preprocessor = Config.fromfile(configs['simclr']).model.data_preprocessor
+    linear.visualizer = dict(type='Visualizer', vis_backends=[dict(type='LocalVisBackend')])
+    linear.log_level = 'WARNING'
+    configs['linear'] = str(tmp_path / 'linear.py')
+    linear.dump(configs['linear'])
+    argv = ['--epochs', '2', '--seeds', '0', '1', '--methods', 'simclr', 'ifnd', 'supcon',
+            '--eval-split', 'val', '--val-fraction', '0.2', '--subset', '0.5',
+            '--backbone', 'resnet18', '--cifar-stem', '--channels', '8,16,32,64',
+            '--neck-hidden', '64', '--batch-size', '64', '--lr', '0.05', '--warmup-epochs', '1',
+            '--knn-interval', '1', '--cluster-interval', '1', '--num-workers', '0',
+            '--nredo', '1', '--linear-epochs', '1', '--jobs', '2',
+            '--work-dir', str(tmp_path / 'runs'), '--out', str(tmp_path / 'fn.json'),
+            '--plot', str(tmp_path / 'fn.png')]
+    for method, path in configs.items():
+        argv += [f'--{method}-config', path]
+    result = bench.main(argv)
+    with open(tmp_path / 'fn.json') as f:
+        saved = json.load(f)  # strict JSON: no NaN or Infinity
+    assert saved['summary'] == json.loads(json.dumps(bench.json_ready(result['summary'])))
+    assert osp.getsize(tmp_path / 'fn.png') > 10_000
+    runs = {(r['method'], r['seed']): r for r in result['runs']}
+    assert len(runs) == 6
+    for (method, seed), run in runs.items():
+        work_dir = tmp_path / 'runs' / method / f'seed_{seed}'
+        # The numbers are the runs' own logs: kNN after each epoch, the probe's accuracy.
+        assert [e for e, _ in run['top1_history']] == [1, 2]
+        assert run['top1'] == bench.read_scalars(str(work_dir), 'knn/top1', None)[-1][1]
+        assert run['linear_top1'] == bench.read_scalars(str(work_dir / 'linear'), 'top1',
+                                                        None)[-1][1]
+        assert 0 < run['top1'] <= 100 and 0 < run['linear_top1'] <= 100
+    assert runs['simclr', 0]['top1'] != runs['simclr', 1]['top1']  # the seed reaches the run
+    ifnd = runs['ifnd', 1]
+    assert [r['epoch'] for r in ifnd['rounds']] == [0, 1, 2]
+    assert ifnd['mtpr'] > 0 and ifnd['mtnr'] < 100
+    paired = result['summary']['paired']['ifnd']['top1']
+    assert paired['values'] == pytest.approx([runs['ifnd', s]['top1'] - runs['simclr', s]['top1']
+                                              for s in (0, 1)])
+    assert 'ifnd' in result['summary']['gap_closed']
+    # The held-out images are never trained on.
+    train = set(np.loadtxt(tmp_path / 'runs' / 'split' / 'train.txt', dtype=int))
+    val = set(np.loadtxt(tmp_path / 'runs' / 'split' / 'val.txt', dtype=int))
+    assert train and val and not train & val
+    # Finished runs are read again, not retrained.
+    again = bench.main(argv)
+    assert [r['top1'] for r in again['runs']] == [r['top1'] for r in result['runs']]
 
 
 def test_false_negatives_reads_results(tmp_path):

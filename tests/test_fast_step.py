@@ -155,7 +155,8 @@ def _filled(model, levels=2, num_samples=40, clusters=(3, 5)):
 
 @pytest.mark.parametrize('cfg', [
     dict(type='SimCLR'), dict(type='IFND', loss_mode='elim'), dict(type='IFND', loss_mode='attr'),
-    dict(type='SupCon'), dict(type='PCL'), dict(type='MoCoV2', queue_len=32, bn_splits=2),
+    dict(type='SupCon'), dict(type='OracleElim'), dict(type='PCL'),
+    dict(type='MoCoV2', queue_len=32, bn_splits=2),
     dict(type='IFNDMoCo', queue_len=32, bn_splits=2),
 ], ids=lambda c: c['type'] + c.get('loss_mode', ''))
 def test_training_step_makes_no_host_sync(cfg):
@@ -163,7 +164,7 @@ def test_training_step_makes_no_host_sync(cfg):
     model = _filled(MODELS.build(dict(cfg, backbone=TINY_BACKBONE, neck=TINY_NECK)))
     wrapper = build_optim_wrapper(model, _schedule('sgd_coslr_200e.py').optim_wrapper)
     batch = {'inputs': _views(), 'index': torch.randperm(40)[:8], 'label': torch.arange(8) % 3}
-    if cfg['type'] == 'SupCon':
+    if cfg['type'] in ('SupCon', 'OracleElim'):
         model.loss(batch['inputs'], batch)  # the ground-truth labels are checked once, first
     with _host_sync_forbidden():
         losses = model.loss(batch['inputs'], batch)

@@ -274,3 +274,32 @@ def test_label_masks_and_errors():
         contrastive_loss(z, z, mode='supcon')
     with pytest.raises(ValueError, match='together'):
         queue_contrastive_loss(z, z, z, labels=torch.zeros(4, dtype=torch.long))
+
+
+@pytest.mark.parametrize('algorithm, mode', [('SupCon', 'attr'), ('OracleElim', 'elim')])
+def test_ground_truth_oracles_apply_their_equation_to_the_batch_labels(algorithm, mode):
+    """SupCon is Eq. 4 and the elimination oracle Eq. 3, both with the ground-truth labels."""
+    from helpers import TINY_BACKBONE, TINY_NECK
+    from mmengine.registry import init_default_scope
+
+    from ifnd.registry import MODELS
+    init_default_scope('ifnd')
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type=algorithm, backbone=TINY_BACKBONE, neck=TINY_NECK,
+                              temperature=0.3)).double()  # float64 weights, f(x) in float64
+    assert model.loss_mode == mode and model.label_source == 'ground_truth'
+    views = [torch.randn(8, 3, 16, 16, dtype=torch.float64) for _ in range(2)]
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 2])
+    data = {'index': torch.arange(8), 'label': labels}
+    z1, z2 = model.embed_views(views)
+    loss = model.instance_losses(z1, z2, data)['loss']
+    # The model's embeddings are float32 (also under autocast); the reference runs in float64.
+    expected = reference_contrastive(z1.double(), z2.double(), labels, 0.3, mode)
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)
+    got = torch.autograd.grad(loss, model.neck.parameters(), retain_graph=True)
+    want = torch.autograd.grad(expected, model.neck.parameters())
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-6)
+    # Different labels give a different loss: the batch's labels are used, not ignored.
+    instance = reference_contrastive(z1.double(), z2.double(), None, 0.3, 'inst')
+    assert not torch.isclose(loss.double(), instance)

@@ -1,5 +1,5 @@
 """Models: backbones, necks, losses and algorithms."""
-from .algorithms import IFND, PCL, ContrastiveAlgorithm, IFNDMoCo, MoCoV2, PseudoLabelBank, SimCLR, SupCon
+from .algorithms import IFND, PCL, ContrastiveAlgorithm, IFNDMoCo, MoCoV2, OracleElim, PseudoLabelBank, SimCLR, SupCon
 from .backbones import TimmBackbone
 from .data_preprocessor import ContrastiveDataPreprocessor
 from .encoder import Encoder, load_backbone_weights, load_encoder
@@ -8,7 +8,7 @@ from .necks import MLPNeck
 from .classifier import ImageClassifier
 
 __all__ = [
-    'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'PCL', 'MoCoV2', 'IFNDMoCo', 'PseudoLabelBank',
+    'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'OracleElim', 'PCL', 'MoCoV2', 'IFNDMoCo', 'PseudoLabelBank',
     'TimmBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss', 'masked_info_nce',
     'queue_contrastive_loss', 'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
     'ImageClassifier',

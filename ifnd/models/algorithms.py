@@ -1,4 +1,5 @@
-"""Contrastive algorithms: SimCLR and MoCo v2, with IFND, SupCon and PCL built on them."""
+"""Contrastive algorithms: SimCLR and MoCo v2, with IFND, SupCon, the elimination oracle and PCL
+built on them."""
 import copy
 from typing import Sequence
 
@@ -243,6 +244,21 @@ class SupCon(SimCLR):
 
     def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
                  loss_mode: str = 'attr', **kwargs) -> None:
+        kwargs.setdefault('label_source', 'ground_truth')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+
+
+@MODELS.register_module()
+class OracleElim(SimCLR):
+    """The elimination oracle: Eq. 3 with ground-truth labels, every false negative removed.
+
+    Beside SupCon (attraction with ground truth) it bounds what a perfect detector could give
+    IFND's elimination loss, so a small IFND gain can be read as "detection falls short" or
+    "elimination does not help here".
+    """
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'elim', **kwargs) -> None:
         kwargs.setdefault('label_source', 'ground_truth')
         super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
 
