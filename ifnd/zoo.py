@@ -159,16 +159,23 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
     """A published model: its backbone as an ``Encoder`` (default) or the whole algorithm."""
     from mmengine.config import Config
 
-    from ifnd.models.encoder import Encoder, load_backbone_weights
+    from ifnd.engine.checkpoint import checkpoint_config
+    from ifnd.models.encoder import Encoder, load_backbone_weights, load_encoder
     from ifnd.registry import MODELS
 
     entry = info(name)
     if pretrained:
         path = download(name, **download_kwargs)
         checkpoint = torch.load(path, map_location='cpu', weights_only=True)
-        model_cfg = Config.fromstring(checkpoint['meta']['cfg'], '.py').model
+        cfg = checkpoint_config(checkpoint, path)  # read as data, never executed
+        model_cfg = cfg.get('model') if cfg is not None else None
+        if model_cfg is None:
+            if algorithm:
+                raise ValueError(f'{path} carries no usable model config, so algorithm=True cannot '
+                                 f'rebuild {name}; load its backbone alone (algorithm=False)')
+            return load_encoder(path).eval()  # the backbone read from the weights
     else:
-        model_cfg = Config.fromfile(osp.join(REPO_ROOT, entry['config'])).model
+        model_cfg = Config.fromfile(_repo_config(entry)).model
     if algorithm:
         model = MODELS.build(model_cfg)
         if pretrained:
@@ -178,6 +185,17 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
     if pretrained:
         load_backbone_weights(encoder.backbone, path)
     return encoder.eval()
+
+
+def _repo_config(entry: dict) -> str:
+    """The repository config an index entry names, refused unless it lies under ``configs/``."""
+    config = entry.get('config')
+    configs = osp.join(REPO_ROOT, 'configs')
+    path = osp.realpath(osp.join(REPO_ROOT, config)) if isinstance(config, str) and config else ''
+    if not path.startswith(osp.realpath(configs) + os.sep) or not osp.isfile(path):
+        raise ValueError(f'model zoo entry {entry.get("name")!r}: field config {config!r} is not a '
+                         'config file under configs/; fix the index, or use pretrained=True')
+    return path
 
 
 README_PATH = osp.join(REPO_ROOT, 'model_zoo', 'README.md')

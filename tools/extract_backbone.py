@@ -42,7 +42,7 @@ def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = No
     # Building the encoder checks every key and shape against the named backbone.
     encoder = load_encoder(checkpoint_path, model_name=model_name, **kwargs)
     checkpoint = load_checkpoint_file(checkpoint_path)
-    model_cfg = checkpoint_model_config(checkpoint) or {}
+    model_cfg = checkpoint_model_config(checkpoint, checkpoint_path) or {}
     # load_encoder's own default for files without a config: ImageNet mean/std.
     preprocessor = model_cfg.get('data_preprocessor') or IMAGENET_PREPROCESSOR
     state = {k: v.detach().clone().contiguous() for k, v in encoder.backbone.model.state_dict().items()}
