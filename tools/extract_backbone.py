@@ -20,7 +20,7 @@ import os.path as osp
 import torch
 
 from ifnd.engine import AtomicLocalBackend
-from ifnd.engine.cli import add_encoder_arguments
+from ifnd.engine.cli import add_encoder_arguments, check_arguments, input_errors_as_messages
 from ifnd.models.encoder import (IMAGENET_PREPROCESSOR, checkpoint_model_config, load_checkpoint_file,
                                  load_encoder)
 
@@ -68,7 +68,9 @@ def _plain(cfg) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Extract and report."""
     args = parse_args(argv)
-    result = extract_backbone(args.checkpoint, args.out, args.model_name, args.cifar_stem)
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'out': args.out})
+    with input_errors_as_messages():
+        result = extract_backbone(args.checkpoint, args.out, args.model_name, args.cifar_stem)
     backbone = result['meta']['model']['backbone']
     print(f"{args.out}: {len(result['state_dict'])} tensors of {backbone.get('model_name')} "
           f"(cifar_stem={backbone.get('cifar_stem', False)})")

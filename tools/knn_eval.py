@@ -12,7 +12,8 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 
 from ifnd.engine import build_eval_dataset, extract_features
-from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device, write_json
+from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
+                             input_errors_as_messages, resolve_device, write_json)
 from ifnd.evaluation import knn_accuracy
 from ifnd.engine.checkpoint import checkpoint_config
 from ifnd.models.encoder import load_checkpoint_file, load_encoder
@@ -87,6 +88,14 @@ def data_settings(cfg: Config) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Extract bank and query features, run kNN for every k, print and save the results."""
     args = parse_args(argv)
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--out': args.out},
+                    batch_size=args.batch_size, num_workers=args.num_workers)
+    with input_errors_as_messages():
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """The evaluation of checked arguments."""
     cfg, source = source_config(args)
     settings = Config(data_settings(cfg))
     if args.data_root is not None:

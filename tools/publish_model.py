@@ -9,6 +9,7 @@ import yaml
 from mmengine.config import Config
 
 from ifnd.engine import AtomicLocalBackend
+from ifnd.engine.cli import check_arguments, input_errors_as_messages
 from ifnd.engine.checkpoint import checkpoint_config, config_to_data
 from ifnd.models.encoder import load_checkpoint_file
 from ifnd.zoo import INDEX_PATH
@@ -65,6 +66,14 @@ def describe(cfg: Config) -> dict:
 def main() -> None:
     """Write the stripped file and its index entry."""
     args = parse_args()
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--index': args.index},
+                    folders={'--out-dir': args.out_dir})
+    with input_errors_as_messages():
+        publish(args)
+
+
+def publish(args: argparse.Namespace) -> None:
+    """Write the stripped file and its index entry for checked arguments."""
     published = strip_checkpoint(load_checkpoint_file(args.checkpoint), args.checkpoint)
     cfg = Config(published['meta']['cfg']) if published['meta']['cfg'] is not None else None
     if cfg is None or cfg.get('model') is None or cfg.get('train_dataloader') is None:
