@@ -197,7 +197,7 @@ def check_arguments(inputs: dict | None = None, outputs: dict | None = None,
                 example = found[-1] if found else osp.join(path, 'epoch_N.pth')
                 fail(f'{flag} {path} is a folder; pass the file inside it, e.g. {example}')
             if not osp.isfile(path):
-                fail(f'{flag} {path}: no such file; check the path')
+                fail(f'{flag} not found: {path}; check the path')
     for flag, path in (outputs or {}).items():
         if path is None:
             continue
