@@ -385,11 +385,11 @@ def test_export_errors(tmp_path, resnet50_files):
     path = str(tmp_path / 'cifar_r18.pth')
     torch.save({'state_dict': cifar.model.state_dict(), 'meta': {'model': {'backbone': {
         'type': 'TimmBackbone', 'model_name': 'resnet18', 'cifar_stem': True}}}}, path)
-    with pytest.raises(ValueError, match=r'7x7.*CIFAR-stem'):
+    with pytest.raises(SystemExit, match=r'^error: .*7x7.*CIFAR-stem'):  # the tool's one-line error
         convert_main([path, str(tmp_path / 'out.pkl')])
     assert not osp.exists(tmp_path / 'out.pkl')
 
-    with pytest.raises(FileNotFoundError, match='checkpoint not found'):
+    with pytest.raises(SystemExit, match='^error: checkpoint not found: .*missing.pth'):
         convert_main([str(tmp_path / 'missing.pth'), str(tmp_path / 'out.pkl')])
     convert_main([resnet50_files['moco'], str(tmp_path / 'out.pkl')])  # read as the ResNet-50 it is
     assert osp.exists(tmp_path / 'out.pkl')

@@ -25,6 +25,7 @@ class _Server(http.server.ThreadingHTTPServer):
     def __init__(self, files: dict[str, bytes]):
         super().__init__(('127.0.0.1', 0), _Handler)
         self.files, self.cut_first, self.corrupt, self.requests = files, False, False, []
+        self.html = None  # a Content-Type: answer every request with an HTML page under it
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -35,6 +36,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         server = self.server
         name = self.path.rsplit('/', 1)[-1]
         server.requests.append((name, self.headers.get('Range')))
+        if server.html:
+            page = b'<!DOCTYPE html><html><body>Sign in to download this file</body></html>'
+            self.send_response(200)
+            self.send_header('Content-Type', server.html)
+            self.send_header('Content-Length', str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         if name not in server.files:
             self.send_error(404)
             return
@@ -196,3 +205,84 @@ def test_zoo_readme_is_generated_from_the_index():
                          cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if k != 'IFND_ZOO_INDEX'})
     assert out.returncode == 0, out.stderr + out.stdout
+
+
+@pytest.mark.parametrize('content_type', ['text/html; charset=utf-8', 'application/octet-stream'])
+def test_a_url_serving_a_web_page_says_so(published, content_type):
+    _, entry, data, index = published
+    server, url = _serve({entry['file']: data})
+    server.html = content_type
+    try:
+        _set_urls(index, [f'{url}/{entry["file"]}'])
+        with pytest.raises(RuntimeError, match='serves a web page .*use the direct link'):
+            zoo.download('tiny_simclr', progress=False)
+    finally:
+        server.shutdown()
+    assert len(server.requests) == 1, 'a web page is not fetched again'
+    assert os.listdir(zoo.cache_dir()) == [], 'no partial file is kept'
+
+
+def _edit_entry(index, **changes):
+    content = yaml.safe_load(index.read_text())
+    content['models'][0].update(changes)
+    index.write_text(yaml.safe_dump(content))
+
+
+@pytest.mark.parametrize('file', ['../../victim.txt', 'ABSOLUTE', 'sub/victim.txt', '..', '.',
+                                  'victim\x00.pth', '.hidden', 'a b.pth'])
+def test_index_file_must_be_a_plain_name_and_nothing_outside_the_cache_is_touched(
+        published, tmp_path, file):
+    _, entry, _, index = published
+    victim = tmp_path / 'victim.txt'  # what '../../victim.txt' reaches from $IFND_HOME/checkpoints
+    victim.write_text('keep me')
+    os.makedirs(zoo.cache_dir())
+    _edit_entry(index, file=str(victim) if file == 'ABSOLUTE' else file, sha256='0' * 64)
+    with pytest.raises(ValueError) as err:
+        zoo.download('tiny_simclr', progress=False)
+    message = str(err.value)
+    assert "entry 'tiny_simclr': field 'file'" in message and str(index) in message
+    assert '\n' not in message and 'not a plain file name' in message
+    assert victim.read_text() == 'keep me'
+
+
+def test_index_file_outside_the_cache_is_never_written(published, tmp_path):
+    _, entry, data, index = published
+    server, url = _serve({'x.sh': data})  # serves the right bytes, so only the name is wrong
+    try:
+        _edit_entry(index, file='../../x.sh', urls=[f'{url}/x.sh'])
+        with pytest.raises(ValueError, match="field 'file'"):
+            zoo.download('tiny_simclr', progress=False)
+    finally:
+        server.shutdown()
+    assert server.requests == [] and not (tmp_path / 'x.sh').exists()
+    assert not osp.exists(zoo.cache_dir()) or os.listdir(zoo.cache_dir()) == []
+
+
+@pytest.mark.parametrize('text, expected', [
+    ('models: [name: x\n', 'is not valid YAML (line'),
+    ('- name: x\n', 'holds a list, not a mapping'),
+    ('models: {name: x}\n', 'field models must be a list'),
+    ('models: [just-a-name]\n', 'field models holds a str'),
+    ('models:\n- name: x\n  file: x.pth\n', "entry 'x': field 'sha256' is missing"),
+    ('models:\n- file: x.pth\n  sha256: abc\n', "an entry: field 'name' is missing"),
+    ('models:\n- {name: x, file: x.pth, sha256: abc}\n', "field 'sha256' must be 64"),
+    ('models:\n- {name: x, file: x.pth, sha256: "%s", size: big}\n' % ('0' * 64), "field 'size'"),
+])
+def test_malformed_index_is_one_line_naming_file_and_field(tmp_path, monkeypatch, text, expected):
+    index = tmp_path / 'models.yaml'
+    index.write_text(text)
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+    with pytest.raises(ValueError) as err:
+        zoo.list_models()
+    assert expected in str(err.value) and str(index) in str(err.value)
+    assert '\n' not in str(err.value)
+
+
+def test_zoo_command_reports_a_malformed_index_in_one_line(tmp_path):
+    index = tmp_path / 'models.yaml'
+    index.write_text('models:\n- name: x\n  file: ../x.pth\n  sha256: "%s"\n' % ('0' * 64))
+    out = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'zoo.py'), 'download', 'x'],
+                         cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, IFND_ZOO_INDEX=str(index), IFND_HOME=str(tmp_path)))
+    assert out.returncode == 1 and 'Traceback' not in out.stderr
+    assert out.stderr.strip().count('\n') == 0 and "entry 'x': field 'file'" in out.stderr

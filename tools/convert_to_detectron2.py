@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+from ifnd.engine.cli import check_arguments, input_errors_as_messages
 from ifnd.engine.detectron2 import export_detectron2_weights
 
 
@@ -37,7 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Convert and report."""
     args = parse_args(argv)
-    result = export_detectron2_weights(args.checkpoint, args.out, args.model_name)
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'out': args.out})
+    with input_errors_as_messages():
+        result = export_detectron2_weights(args.checkpoint, args.out, args.model_name)
     print(f"{args.out}: {result['num_tensors']} tensors of {result['model_name']} "
           f"(MODEL.RESNETS.DEPTH {result['depth']})")
 

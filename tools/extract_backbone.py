@@ -20,7 +20,7 @@ import os.path as osp
 import torch
 
 from ifnd.engine import AtomicLocalBackend
-from ifnd.engine.cli import add_encoder_arguments
+from ifnd.engine.cli import add_encoder_arguments, check_arguments, input_errors_as_messages
 from ifnd.models.encoder import (IMAGENET_PREPROCESSOR, checkpoint_model_config, load_checkpoint_file,
                                  load_encoder)
 
@@ -42,7 +42,7 @@ def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = No
     # Building the encoder checks every key and shape against the named backbone.
     encoder = load_encoder(checkpoint_path, model_name=model_name, **kwargs)
     checkpoint = load_checkpoint_file(checkpoint_path)
-    model_cfg = checkpoint_model_config(checkpoint) or {}
+    model_cfg = checkpoint_model_config(checkpoint, checkpoint_path) or {}
     # load_encoder's own default for files without a config: ImageNet mean/std.
     preprocessor = model_cfg.get('data_preprocessor') or IMAGENET_PREPROCESSOR
     state = {k: v.detach().clone().contiguous() for k, v in encoder.backbone.model.state_dict().items()}
@@ -68,7 +68,9 @@ def _plain(cfg) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Extract and report."""
     args = parse_args(argv)
-    result = extract_backbone(args.checkpoint, args.out, args.model_name, args.cifar_stem)
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'out': args.out})
+    with input_errors_as_messages():
+        result = extract_backbone(args.checkpoint, args.out, args.model_name, args.cifar_stem)
     backbone = result['meta']['model']['backbone']
     print(f"{args.out}: {len(result['state_dict'])} tensors of {backbone.get('model_name')} "
           f"(cifar_stem={backbone.get('cifar_stem', False)})")

@@ -12,9 +12,11 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 
 from ifnd.engine import build_eval_dataset, extract_features
-from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device, write_json
+from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
+                             input_errors_as_messages, resolve_device, write_json)
 from ifnd.evaluation import knn_accuracy
-from ifnd.models.encoder import checkpoint_model_config, load_checkpoint_file, load_encoder
+from ifnd.engine.checkpoint import checkpoint_config
+from ifnd.models.encoder import load_checkpoint_file, load_encoder
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DATASET_CONFIG_DIR = osp.join(REPO, 'configs', '_base_', 'datasets')
@@ -55,13 +57,13 @@ def source_config(args: argparse.Namespace) -> tuple[Config, str]:
         if not osp.isfile(path):
             raise SystemExit(f'Config file not found: {path}')
         return Config.fromfile(path), path
-    checkpoint = load_checkpoint_file(args.checkpoint)
-    meta = checkpoint.get('meta') or {}
-    # mmselfsup/mmpretrain files carry a config too, of models and data sets this project lacks.
-    if not isinstance(meta.get('cfg'), str) or checkpoint_model_config(checkpoint) is None:
+    # Read as data, never executed; mmselfsup/mmpretrain files carry a config too, of models and
+    # data sets this project lacks, which the reader refuses.
+    cfg = checkpoint_config(load_checkpoint_file(args.checkpoint), args.checkpoint)
+    if cfg is None or cfg.get('model') is None:
         raise SystemExit(f'{args.checkpoint} carries no training config: give the data with --config FILE '
                          f'or --dataset {{{",".join(DATASETS)}}}')
-    return Config.fromstring(meta['cfg'], '.py'), 'checkpoint config'
+    return cfg, 'checkpoint config'
 
 
 def data_settings(cfg: Config) -> dict:
@@ -86,6 +88,14 @@ def data_settings(cfg: Config) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Extract bank and query features, run kNN for every k, print and save the results."""
     args = parse_args(argv)
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--out': args.out},
+                    batch_size=args.batch_size, num_workers=args.num_workers)
+    with input_errors_as_messages():
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """The evaluation of checked arguments."""
     cfg, source = source_config(args)
     settings = Config(data_settings(cfg))
     if args.data_root is not None:

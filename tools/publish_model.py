@@ -9,6 +9,8 @@ import yaml
 from mmengine.config import Config
 
 from ifnd.engine import AtomicLocalBackend
+from ifnd.engine.cli import check_arguments, input_errors_as_messages
+from ifnd.engine.checkpoint import checkpoint_config, config_to_data
 from ifnd.models.encoder import load_checkpoint_file
 from ifnd.zoo import INDEX_PATH
 
@@ -34,10 +36,21 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def strip_checkpoint(checkpoint: dict) -> dict:
-    """Weights and the plain metadata loading needs, without any training state."""
-    meta = {k: v for k, v in (checkpoint.get('meta') or {}).items() if k in KEPT_META}
-    return {'state_dict': {k: v.clone() for k, v in checkpoint['state_dict'].items()}, 'meta': meta}
+def strip_checkpoint(checkpoint: dict, source: str = 'checkpoint') -> dict:
+    """Weights and the plain metadata loading needs, without any training state.
+
+    The training config is kept as plain data (read by :func:`checkpoint_config`, never
+    executed), so no config text reaches the published file; it is ``None`` when unreadable.
+    """
+    meta = {k: v for k, v in (checkpoint.get('meta') or {}).items()
+            if k in KEPT_META and k != 'cfg' and isinstance(v, (str, int, float))}
+    cfg = checkpoint_config(checkpoint, source)
+    meta['cfg'] = config_to_data(cfg) if cfg is not None else None
+    state = checkpoint.get('state_dict')
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f'{source} has no state_dict of tensors; publish checkpoints written by '
+                         'tools/train.py')
+    return {'state_dict': {k: v.clone() for k, v in state.items()}, 'meta': meta}
 
 
 def describe(cfg: Config) -> dict:
@@ -53,9 +66,18 @@ def describe(cfg: Config) -> dict:
 def main() -> None:
     """Write the stripped file and its index entry."""
     args = parse_args()
-    published = strip_checkpoint(load_checkpoint_file(args.checkpoint))
-    if not isinstance(published['meta'].get('cfg'), str):
-        raise SystemExit(f'{args.checkpoint} carries no training config; publish checkpoints '
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--index': args.index},
+                    folders={'--out-dir': args.out_dir})
+    with input_errors_as_messages():
+        publish(args)
+
+
+def publish(args: argparse.Namespace) -> None:
+    """Write the stripped file and its index entry for checked arguments."""
+    published = strip_checkpoint(load_checkpoint_file(args.checkpoint), args.checkpoint)
+    cfg = Config(published['meta']['cfg']) if published['meta']['cfg'] is not None else None
+    if cfg is None or cfg.get('model') is None or cfg.get('train_dataloader') is None:
+        raise SystemExit(f'{args.checkpoint} carries no usable training config; publish checkpoints '
                          'written by tools/train.py')
     buffer = io.BytesIO()
     torch.save(published, buffer)
@@ -66,7 +88,6 @@ def main() -> None:
     AtomicLocalBackend().put(data, path)
     torch.load(path, map_location='cpu', weights_only=True)  # what users will do must work
 
-    cfg = Config.fromstring(published['meta']['cfg'], '.py')
     entry = {'name': args.name, **describe(cfg),
              'config': args.config or '', 'description': args.description,
              'metrics': [{'name': n, 'value': float(v), 'command': c} for n, v, c in args.metric],

@@ -26,7 +26,7 @@ from mmengine.config import Config, DictAction
 from mmengine.dist import get_rank
 from mmengine.runner import find_latest_checkpoint
 
-from ifnd.engine.cli import runner_config
+from ifnd.engine.cli import check_arguments, runner_config
 from ifnd.evaluation.coco import RESULTS_FILE, format_results_table
 from ifnd.registry import RUNNERS
 
@@ -144,6 +144,7 @@ def run_torchvision(cfg: Config, args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the transfer with the chosen engine and print the paper's table."""
     args = parse_args(argv)
+    check_arguments(inputs={'checkpoint': args.checkpoint})
     engine = resolve_engine(args.engine)
     cfg = build_config(args)
     if engine == 'detectron2':

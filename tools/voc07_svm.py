@@ -6,7 +6,8 @@ import time
 
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
-from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device, write_json
+from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
+                             resolve_device, write_json)
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
 from ifnd.models.encoder import load_encoder
 
@@ -63,6 +64,8 @@ def print_tables(result: dict, per_class: bool) -> None:
 def main(argv: list[str] | None = None) -> dict:
     """Extract features, train and test the SVMs, print and save the results."""
     args = parse_args(argv)
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--out': args.out},
+                    batch_size=args.batch_size, num_workers=args.num_workers)
     device = resolve_device(args.device)
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)

@@ -2,6 +2,7 @@
 import argparse
 import contextlib
 import difflib
+import glob
 import inspect
 import json
 import os
@@ -53,6 +54,7 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
     if not osp.isfile(config):
         raise SystemExit(f'Config file not found: {config}. Configs live under configs/, '
                          'e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
+    check_arguments(launcher=launcher, folders={'--work-dir': work_dir})
     cfg = Config.fromfile(config)
     cfg.launcher = launcher
     if cfg_options:
@@ -161,6 +163,69 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
                     if close else f'{where} has: {", ".join(map(str, names[:12]))}')
             raise SystemExit(f"--cfg-options key '{key}' is not in {osp.basename(cfg.filename or '')}"
                              f' ({where} has no {part!r}); {hint}')
+
+
+# What torchrun sets for every process; without them --launcher pytorch cannot start.
+TORCHRUN_VARIABLES = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
+
+
+def _file_in_the_way(path: str) -> str | None:
+    """The first existing component of ``path``'s folders that is a file, not a folder, if any."""
+    folder = osp.dirname(osp.abspath(path))
+    while folder and not osp.exists(folder):
+        folder = osp.dirname(folder)
+    return folder if folder and not osp.isdir(folder) else None
+
+
+def check_arguments(inputs: dict | None = None, outputs: dict | None = None,
+                    folders: dict | None = None, batch_size: int | None = None,
+                    num_workers: int | None = None, launcher: str | None = None) -> None:
+    """Refuse bad command-line values before any work, with one line naming the flag and the fix.
+
+    ``inputs``: flag -> file (or list of files) that must exist and not be a folder;
+    ``outputs``: flag -> file to write (``None`` skipped), which must not be a folder nor lie under
+    a file; ``folders``: flag -> output folder, which must not be a file nor lie under one;
+    ``batch_size`` >= 1, ``num_workers`` >= 0; ``launcher`` 'pytorch' needs torchrun's variables.
+    """
+    def fail(message: str):
+        raise SystemExit(f'error: {message}')
+
+    for flag, paths in (inputs or {}).items():
+        for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+            if osp.isdir(path):
+                found = sorted(glob.glob(osp.join(path, '*.pth')))
+                example = found[-1] if found else osp.join(path, 'epoch_N.pth')
+                fail(f'{flag} {path} is a folder; pass the file inside it, e.g. {example}')
+            if not osp.isfile(path):
+                fail(f'{flag} not found: {path}; check the path')
+    for flag, path in (outputs or {}).items():
+        if path is None:
+            continue
+        if osp.isdir(path) or str(path).endswith(('/', os.sep)):
+            fail(f'{flag} {path} is a folder; give a file name, e.g. {osp.join(path, "NAME")}')
+        blocker = _file_in_the_way(path)
+        if blocker:
+            fail(f'{flag} {path} cannot be written: {blocker} is a file, not a folder; choose '
+                 'another path')
+    for flag, path in (folders or {}).items():
+        if path is None:
+            continue
+        if osp.exists(path) and not osp.isdir(path):
+            fail(f'{flag} {path} is a file, not a folder; choose another folder')
+        blocker = _file_in_the_way(osp.join(path, 'x'))
+        if blocker:
+            fail(f'{flag} {path} cannot be created: {blocker} is a file, not a folder; choose '
+                 'another folder')
+    if batch_size is not None and batch_size < 1:
+        fail(f'--batch-size must be at least 1, got {batch_size}')
+    if num_workers is not None and num_workers < 0:
+        fail(f'--num-workers must be 0 (load in the main process) or more, got {num_workers}')
+    if launcher == 'pytorch':
+        missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
+        if missing:
+            fail(f'--launcher pytorch needs the variables torchrun sets ({", ".join(missing)} '
+                 'missing): start with torchrun --nproc_per_node=NUM_GPUS ..., or leave --launcher '
+                 'out to run one process')
 
 
 # Exceptions that report bad input (paths, configs, registry names, checkpoints, data, a diverged

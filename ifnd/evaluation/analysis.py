@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from torch import Tensor
 
+from ifnd.engine.checkpoint import checkpoint_config
+
 from .metrics import cluster_quality, false_negative_rates
 
 __all__ = [
@@ -256,13 +258,6 @@ def match_clusters_to_classes(cluster_labels: ArrayLike, true_labels: ArrayLike,
 # ----------------------------------------------------------------------------- checkpoints, data
 
 
-def checkpoint_config(checkpoint: dict) -> Config | None:
-    """The training config a checkpoint embeds (``meta['cfg']``), or ``None``."""
-    meta = checkpoint.get('meta') or {}
-    cfg = meta.get('cfg')
-    return Config.fromstring(cfg, '.py') if isinstance(cfg, str) else None
-
-
 def find_hook(cfg: Config, type_name: str) -> dict | None:
     """The first custom hook of the given type in a config, or ``None``."""
     for hook in cfg.get('custom_hooks', None) or []:
@@ -297,7 +292,7 @@ def load_feature_model(path: str, feature: str | None = 'z', config: str | None 
         raise ValueError(f"feature must be 'f' (backbone) or 'z' (projection), got {feature!r}")
     checkpoint = load_checkpoint_file(path)
     meta = dict(checkpoint.get('meta') or {})
-    own_cfg = checkpoint_config(checkpoint)
+    own_cfg = checkpoint_config(checkpoint, path)
     cfg = Config.fromfile(config) if config is not None else own_cfg
     if cfg is None:
         raise ValueError(f'{path} carries no training config (meta["cfg"]): pass a config that '

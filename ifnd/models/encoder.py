@@ -12,9 +12,9 @@ import re
 import timm
 import torch
 import torch.nn.functional as F
-from mmengine.config import Config
 from mmengine.model import BaseModel
 
+from ifnd.engine.checkpoint import checkpoint_config, config_data
 from ifnd.engine.checkpoint import read_checkpoint as load_checkpoint_file  # the tools' name for it
 from ifnd.registry import MODELS
 
@@ -237,30 +237,27 @@ def load_backbone_weights(backbone: torch.nn.Module, path: str, checkpoint: dict
     backbone.model.load_state_dict(state, strict=True)
 
 
-def checkpoint_model_config(checkpoint: dict) -> dict | None:
+def checkpoint_model_config(checkpoint: dict, source: str = 'checkpoint') -> dict | None:
     """The model config a checkpoint carries: training's full config, or a backbone-only file's.
 
-    Only a config whose backbone this project builds counts: mmengine-based peers (mmselfsup,
+    Read as data by :func:`ifnd.engine.checkpoint.checkpoint_config` (never executed). Only a
+    config whose backbone this project builds counts: mmengine-based peers (mmselfsup,
     mmpretrain) also store a ``meta['cfg']``, of their own models.
     """
     meta = checkpoint.get('meta')
     meta = meta if isinstance(meta, dict) else {}
     model = None
-    if isinstance(meta.get('cfg'), str):
-        try:
-            model = Config.fromstring(meta['cfg'], '.py').get('model')
-            model = model.to_dict() if model is not None else None
-        except Exception:  # noqa: BLE001 (a peer's config may need its own packages)
-            return None
-    elif isinstance(meta.get('model'), dict):
-        model = copy.deepcopy(meta['model'])
+    if meta.get('cfg') is not None:
+        cfg = checkpoint_config(checkpoint, source)
+        model = cfg.get('model') if cfg is not None else None
+        model = model.to_dict() if hasattr(model, 'to_dict') else model
+    elif meta.get('model') is not None:
+        model = config_data(meta['model'], source, "meta['model']")
     if not isinstance(model, dict):
         return None
-    backbone_type = (model.get('backbone') or {}).get('type')
-    if backbone_type is not None and (not isinstance(backbone_type, str)
-                                      or MODELS.get(backbone_type) is None):
+    if not isinstance(model.get('backbone') or {}, dict):
         return None
-    return model
+    return copy.deepcopy(model)
 
 
 def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_name: str | None = None,
@@ -271,7 +268,7 @@ def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_
     exactly; else what :func:`infer_backbone_config` reads from the weights; ``model_name``
     settles a name the weights leave open (its stem and width still come from the weights).
     """
-    own = (checkpoint_model_config(checkpoint) or {}).get('backbone')
+    own = (checkpoint_model_config(checkpoint, source) or {}).get('backbone')
     if own:
         backbone = copy.deepcopy(dict(own))
         if model_name is not None:
@@ -310,7 +307,7 @@ def load_encoder(path: str, model_name: str | None = None, data_preprocessor: di
     checkpoint = load_checkpoint_file(path)
     backbone = resolve_backbone_config(checkpoint, path, model_name, default_backbone,
                                        **backbone_kwargs)
-    model_cfg = checkpoint_model_config(checkpoint) or {}
+    model_cfg = checkpoint_model_config(checkpoint, path) or {}
     encoder = Encoder(backbone, data_preprocessor or model_cfg.get('data_preprocessor'))
     load_backbone_weights(encoder.backbone, path, checkpoint)
     return encoder

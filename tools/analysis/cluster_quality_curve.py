@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use('Agg')  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ifnd.engine.cli import check_arguments  # noqa: E402
 from ifnd.evaluation.analysis import RoundQuality, nmi_curve  # noqa: E402
 
 METRICS = ('nmi', 'ami', 'ari')
@@ -133,6 +134,7 @@ def plot(runs: dict[str, list[RoundQuality]], metric: str, out: str, title: str 
 def main(argv: list[str] | None = None) -> dict[str, list[RoundQuality]]:
     """Read the rounds, print them, write the CSV and the figure."""
     args = parse_args(argv)
+    check_arguments(outputs={'--out': args.out, '--csv': args.csv})
     names = args.labels or [run_name(d) for d in args.work_dirs]
     if len(set(names)) != len(names):
         raise SystemExit(f'two runs share a name ({", ".join(names)}): name them with --labels')

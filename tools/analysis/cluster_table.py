@@ -13,7 +13,8 @@ import os.path as osp
 import sys
 import time
 
-from ifnd.engine.cli import add_encoder_arguments, add_extraction_arguments, resolve_device
+from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
+                             resolve_device)
 from ifnd.engine.features import extract_features
 from ifnd.evaluation.analysis import (analysis_dataset, cluster_quality_table, default_num_workers,
                                       format_percent, load_feature_model)
@@ -100,6 +101,8 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     """Evaluate every checkpoint, print and write the table."""
     args = parse_args(argv)
+    check_arguments(inputs={'CKPT': args.checkpoints}, outputs={'--out': args.out},
+                    batch_size=args.batch_size, num_workers=args.num_workers)
     names = args.names or [default_name(p) for p in args.checkpoints]
     rows = []
     for i, (name, path) in enumerate(zip(names, args.checkpoints), 1):

@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 
-from ifnd.engine.cli import add_extraction_arguments, resolve_device  # noqa: E402
+from ifnd.engine.cli import add_extraction_arguments, check_arguments, resolve_device  # noqa: E402
 from ifnd.engine.features import extract_features  # noqa: E402
 from ifnd.evaluation.analysis import (  # noqa: E402
     analysis_dataset, default_num_workers, find_hook, load_feature_model, match_clusters_to_classes,
@@ -177,6 +177,8 @@ def plot(coords: np.ndarray, truth: np.ndarray, class_names: list[str], panels: 
 def main(argv: list[str] | None = None) -> dict:
     """Encode a sample, embed it with t-SNE together with the centroids, draw the panels."""
     args = parse_args(argv)
+    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--out': args.out},
+                    batch_size=args.batch_size, num_workers=args.num_workers)
     tic = time.perf_counter()
     print(f'loading {args.checkpoint}', flush=True)
     loaded = load_feature_model(args.checkpoint, args.feature, args.config)

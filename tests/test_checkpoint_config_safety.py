@@ -1,0 +1,209 @@
+"""A checkpoint's config is data, never code: planted payloads run in no reader, tools still work."""
+import hashlib
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from helpers import digits_config
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from ifnd import zoo
+from ifnd.engine.checkpoint import checkpoint_config, config_to_data
+from ifnd.evaluation.analysis import load_feature_model
+from ifnd.models import load_encoder
+from ifnd.registry import MODELS
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+X = torch.rand(2, 3, 16, 16)
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    """A tiny SimCLR's weights and its training config."""
+    init_default_scope('ifnd')
+    torch.manual_seed(0)
+    cfg = digits_config(str(tmp_path_factory.mktemp('run')), dict(type='SimCLR', temperature=0.5))
+    return MODELS.build(cfg.model).eval(), cfg
+
+
+def payloads(cfg: Config, marker: str, evil_py: str) -> dict:
+    """``meta`` contents that run ``os.mkdir(marker)`` when a reader executes or builds them."""
+    code = f"__import__('os').mkdir({marker!r})"
+    text = cfg.pretty_text
+    assert "model_name='resnet18'" in text
+    with open(evil_py, 'w') as f:
+        f.write(f'import os\nos.mkdir({marker!r})\nmodel = dict(type="SimCLR")\n')
+    mkdir_type = dict(type='os.mkdir', path=marker)  # mmengine's registry imports and calls it
+    data = config_to_data(cfg)
+    data['model']['data_preprocessor'] = mkdir_type
+    return {
+        'text, first line': {'cfg': f'_x = {code}\n' + text},
+        'text, nested value': {'cfg': text.replace("model_name='resnet18'",
+                                                   f"model_name={code} or 'resnet18'")},
+        'text, dict(**...) call': {'cfg': text + f'\nextra = dict(**({code} or {{}}))\n'},
+        'text, _base_ file': {'cfg': f'_base_ = [{evil_py!r}]\n' + text},
+        'text, {{_base_}} placeholder': {'cfg': f'_base_ = [{evil_py!r}]\nmodel = {{{{_base_.model}}}}\n'},
+        'text, registry type': {'cfg': text.replace("type='ContrastiveDataPreprocessor'",
+                                                    f"type='os.mkdir', path={marker!r}")},
+        'data, registry type': {'cfg': data},
+        "backbone file, meta['model']": {'model': {'backbone': data['model']['backbone'],
+                                                   'data_preprocessor': mkdir_type}},
+    }
+
+
+@pytest.fixture(scope='module')
+def planted(tiny, tmp_path_factory):
+    """One checkpoint file per payload, and the marker they would create."""
+    model, cfg = tiny
+    folder = tmp_path_factory.mktemp('planted')
+    marker = str(folder / 'RAN')
+    files = {}
+    for i, (name, meta) in enumerate(payloads(cfg, marker, str(folder / 'evil_base.py')).items()):
+        files[name] = str(folder / f'planted_{i}.pth')
+        torch.save({'state_dict': model.state_dict(), 'meta': dict(meta, epoch=1)}, files[name])
+    return files, marker
+
+
+NAMES = ['text, first line', 'text, nested value', 'text, dict(**...) call', 'text, _base_ file',
+         'text, {{_base_}} placeholder', 'text, registry type', 'data, registry type',
+         "backbone file, meta['model']"]
+
+
+def _same_features(encoder, model) -> None:
+    torch.testing.assert_close(encoder.eval().extract_feat(X), model.extract_feat(X), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_in_process_readers_never_run_the_payload(planted, tiny, name, tmp_path, monkeypatch):
+    files, marker = planted
+    model, cfg = tiny
+    path = files[name]
+    checkpoint = torch.load(path, weights_only=True)
+    read = checkpoint_config(checkpoint, path)
+    if name == 'text, _base_ file':
+        assert read is not None and '_base_' not in read and read.model.type == 'SimCLR'
+    else:
+        assert read is None
+    # The encoder loader: the ResNet is read from the weights.
+    _same_features(load_encoder(path), model)
+    # A linear config's model.pretrained: a backbone that does not fit makes it read the file.
+    classifier = MODELS.build(dict(type='ImageClassifier', num_classes=10, pretrained=path,
+                                   backbone=dict(type='TimmBackbone', model_name='resnet18')))
+    torch.testing.assert_close(classifier.backbone(X), model.extract_feat(X), rtol=0, atol=0)
+    # The analysis tools' loader: the data need a config, refused with a clear error.
+    if read is None:
+        with pytest.raises(ValueError, match='carries no training config'):
+            load_feature_model(path, 'f')
+    # The zoo and torch.hub, from a folder mirror.
+    mirror = tmp_path / 'mirror'
+    mirror.mkdir()
+    data = open(path, 'rb').read()
+    (mirror / 'planted.pth').write_bytes(data)
+    index = tmp_path / 'models.yaml'
+    index.write_text(yaml.safe_dump({'models': [dict(
+        name='planted', algorithm='SimCLR', backbone='resnet18', dataset='Digits', epochs=1,
+        config='configs/simclr/simclr_r18_200e_fmnist.py', file='planted.pth', size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(), urls=[], reproduce='-')]}))
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+    monkeypatch.setenv('IFND_HOME', str(tmp_path / 'home'))
+    monkeypatch.setenv('IFND_ZOO_URL', str(mirror))
+    _same_features(zoo.get_model('planted', progress=False), model)
+    _same_features(torch.hub.load(REPO, 'planted', source='local', progress=False), model)
+    if read is None:
+        with pytest.raises(ValueError, match='algorithm=True'):
+            zoo.get_model('planted', algorithm=True, progress=False)
+    assert not osp.exists(marker), f'{name}: a reader ran the payload'
+
+
+def _tool(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
+               OMP_NUM_THREADS='1')
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _one_line_error(out, *fragments) -> None:
+    assert out.returncode != 0 and 'Traceback' not in out.stderr, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert all(f in last for f in fragments), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize('tool', ['knn_eval', 'extract_backbone', 'convert_to_detectron2',
+                                  'cluster_table', 'plot_embeddings', 'publish_model'])
+def test_tools_never_run_the_payload(planted, tmp_path, tool):
+    files, marker = planted
+    text, backbone_file = files['text, first line'], files["backbone file, meta['model']"]
+    if tool == 'knn_eval':
+        _one_line_error(_tool('tools/knn_eval.py', text, '--device', 'cpu'),
+                        'carries no training config', '--config')
+    elif tool == 'extract_backbone':
+        for i, path in enumerate((text, backbone_file, files['text, _base_ file'])):
+            out = _tool(f'tools/{tool}.py', path, str(tmp_path / f'out_{i}.pth'))
+            assert out.returncode == 0, out.stderr[-3000:]
+            assert osp.isfile(tmp_path / f'out_{i}.pth')
+    elif tool == 'convert_to_detectron2':  # the backbone is read; its CIFAR stem has no counterpart
+        for path in (text, backbone_file):
+            _one_line_error(_tool(f'tools/{tool}.py', path, str(tmp_path / 'out.pkl')),
+                            'error: ', 'no detectron2 counterpart')
+    elif tool == 'cluster_table':
+        _one_line_error(_tool('tools/analysis/cluster_table.py', text, '--device', 'cpu'),
+                        'carries no training config')
+    elif tool == 'plot_embeddings':
+        _one_line_error(_tool('tools/analysis/plot_embeddings.py', text, '--out',
+                              str(tmp_path / 'map.png'), '--device', 'cpu'),
+                        'carries no training config')
+    else:
+        _one_line_error(_tool('tools/publish_model.py', text, '--name', 'planted', '--reproduce', '-',
+                              '--out-dir', str(tmp_path / 'files'), '--index',
+                              str(tmp_path / 'models.yaml')), 'carries no usable training config')
+        assert not (tmp_path / 'files').exists()
+    assert not osp.exists(marker), f'{tool} ran the payload'
+
+
+def test_published_file_carries_the_config_as_data(planted, tmp_path):
+    files, marker = planted
+    out = _tool('tools/publish_model.py', files['text, _base_ file'], '--name', 'planted',
+                '--reproduce', '-', '--out-dir', str(tmp_path / 'files'), '--index',
+                str(tmp_path / 'models.yaml'))
+    assert out.returncode == 0, out.stderr[-3000:]
+    published = torch.load(next((tmp_path / 'files').iterdir()), weights_only=True)
+    cfg = published['meta']['cfg']
+    assert isinstance(cfg, dict) and '_base_' not in cfg and cfg['model']['type'] == 'SimCLR'
+    assert not any(isinstance(v, str) and 'import' in v for v in published['meta'].values())
+    assert not osp.exists(marker)
+
+
+def test_runner_checkpoints_store_the_config_as_plain_data(tmp_path):
+    from mmengine.runner import Runner
+
+    from ifnd.registry import RUNNERS
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5), max_epochs=1,
+                        batch_size=256)
+    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    runner.train()
+    checkpoint = torch.load(tmp_path / 'run' / 'epoch_1.pth', weights_only=False)
+    stored = checkpoint['meta']['cfg']
+    assert isinstance(stored, dict)
+
+    def plain(value):
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in value.items())
+        if isinstance(value, (list, tuple)):
+            return all(plain(v) for v in value)
+        return isinstance(value, (str, int, float, bool, type(None)))
+    assert plain(stored)
+    assert checkpoint_config(checkpoint).to_dict() == Config(cfg.to_dict()).to_dict()
+
+    # mmengine's resume runs Config.fromstring on meta['config'] text: the runner drops it.
+    marker = tmp_path / 'RAN'
+    checkpoint['meta']['config'] = f"_x = __import__('os').mkdir({str(marker)!r})\ngpu_ids = [0]\n"
+    torch.save(checkpoint, tmp_path / 'planted.pth')
+    cfg.merge_from_dict(dict(resume=True, load_from=str(tmp_path / 'planted.pth')))
+    resumed = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    resumed.train()
+    assert resumed.epoch == 1 and not marker.exists()

@@ -1,0 +1,89 @@
+"""Tools end bad input with one line, checked before any work: paths, batch size, launcher."""
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ifnd.models.backbones import TimmBackbone
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TORCHRUN_VARIABLES = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'LOCAL_RANK')
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    """A backbone file, a folder of checkpoints, and a plain file to put paths under."""
+    root = tmp_path_factory.mktemp('tools')
+    backbone = dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True, channels=(8, 16, 32, 64))
+    model = TimmBackbone('resnet18', cifar_stem=True, channels=(8, 16, 32, 64))
+    ckpt = root / 'backbone.pth'
+    torch.save({'state_dict': model.model.state_dict(), 'meta': {'model': {'backbone': backbone}}}, ckpt)
+    (root / 'run').mkdir()
+    (root / 'run' / 'epoch_3.pth').write_bytes(ckpt.read_bytes())
+    (root / 'a_file').write_text('x')
+    return root
+
+
+def _run(tool, *args):
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES}
+    env.update(PYTHONPATH=REPO + os.pathsep + env.get('PYTHONPATH', ''), OMP_NUM_THREADS='1')
+    return subprocess.run([sys.executable, f'tools/{tool}.py', *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def _fails_with(out, *fragments):
+    assert out.returncode == 1 and 'Traceback' not in out.stderr, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith('error: '), out.stderr[-3000:]
+    assert all(f in lines[-1] for f in fragments), out.stderr[-3000:]
+
+
+# (tool, how it takes the checkpoint and the output: positional out or --out)
+TOOLS = [('knn_eval', ['--dataset', 'digits', '--out']), ('extract_backbone', []),
+         ('convert_to_detectron2', []), ('analysis/cluster_table', ['--out']),
+         ('analysis/plot_embeddings', ['--out']), ('voc07_svm', ['--data-root', 'x', '--out'])]
+
+
+@pytest.mark.parametrize('tool, out_flag', TOOLS)
+@pytest.mark.parametrize('problem', ['checkpoint is a folder', 'output is a folder',
+                                     'output under a file'])
+def test_paths_are_checked_before_the_work(files, tool, out_flag, problem):
+    ckpt, out = files / 'backbone.pth', files / 'out' / 'result.json'
+    expected = ()
+    if problem == 'checkpoint is a folder':
+        ckpt, expected = files / 'run', ('is a folder; pass the file inside it', 'epoch_3.pth')
+    elif problem == 'output is a folder':
+        out, expected = files / 'run', ('is a folder; give a file name',)
+    else:
+        out, expected = files / 'a_file' / 'result.json', ('a_file is a file, not a folder',)
+    _fails_with(_run(tool, ckpt, *out_flag, out), *expected)
+    assert not (files / 'out').exists()
+
+
+@pytest.mark.parametrize('tool', ['knn_eval', 'analysis/cluster_table'])
+def test_batch_size_zero(files, tool):
+    _fails_with(_run(tool, files / 'backbone.pth', '--batch-size', '0'),
+                '--batch-size must be at least 1, got 0')
+
+
+def test_publish_model_checks_its_paths(files):
+    args = ['--name', 'x', '--reproduce', '-']
+    _fails_with(_run('publish_model', files / 'run', *args), 'is a folder; pass the file inside it')
+    _fails_with(_run('publish_model', files / 'backbone.pth', *args, '--out-dir', files / 'a_file'),
+                '--out-dir', 'is a file, not a folder')
+    _fails_with(_run('publish_model', files / 'backbone.pth', *args, '--index', files / 'run'),
+                '--index', 'is a folder')
+
+
+@pytest.mark.parametrize('tool, args', [
+    ('train', ['configs/simclr/simclr_r18_200e_fmnist.py']),
+    ('transfer_coco', ['CKPT', '--config', 'configs/benchmarks/coco/mask_rcnn_c4_tiny_shapes.py',
+                       '--engine', 'torchvision'])])
+def test_launcher_pytorch_without_torchrun(files, tmp_path, tool, args):
+    args = [files / 'backbone.pth' if a == 'CKPT' else a for a in args]
+    _fails_with(_run(tool, *args, '--launcher', 'pytorch', '--work-dir', tmp_path / 'w'),
+                '--launcher pytorch needs the variables torchrun sets', 'RANK', 'torchrun')
+    assert not (tmp_path / 'w').exists()
