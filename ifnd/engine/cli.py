@@ -116,8 +116,7 @@ def _syntax_error_in(path: str, seen: set[str] | None = None) -> SyntaxError | N
 
 
 def load_config(path: str) -> Config:
-    """``Config.fromfile`` with one-line errors: a syntax error's file and line, a Python config
-    saved under another extension."""
+    """``Config.fromfile`` with one-line errors: syntax errors by file and line, Python as YAML."""
     try:
         return Config.fromfile(path)
     except SyntaxError as err:
