@@ -1,8 +1,10 @@
 """Bad input, tried as a new user would: each ends with one line naming the problem and the fix."""
 import importlib.util
+import json
 import os
 import os.path as osp
 
+import numpy as np
 import pytest
 import torch
 from helpers import TINY_BACKBONE, TINY_NECK, digits_config
@@ -180,3 +182,203 @@ def test_resume_in_an_empty_work_dir(tmp_path):
 def test_amp_without_a_gpu():
     message = _error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--amp')
     assert '--amp needs a GPU' in message
+
+
+# ------------------------------------------------------------------- silent wrong results, refused
+def _ifnd_config_file(tmp_path, num_clusters=(10,), max_epochs: int = 1, name: str = 'cfg.py',
+                      **overrides) -> str:
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='IFND', temperature=0.5),
+                        max_epochs=max_epochs, batch_size=64,
+                        pseudo_labels=dict(num_clusters=list(num_clusters), interval=1), **overrides)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    path = str(tmp_path / name)
+    cfg.dump(path)
+    return path
+
+
+def test_fewer_samples_than_one_batch_with_drop_last(tmp_path):
+    message = _error(_config_file(tmp_path, batch_size=256))
+    assert 'the training set has 136 samples, fewer than one batch of 256 with drop_last=True' in message
+    assert 'train_dataloader.batch_size to at most 136' in message and 'drop_last=False' in message
+    assert not list((tmp_path / 'run').glob('*.pth')), 'no untrained checkpoint is written'
+
+
+def _gradient_png16(path, rgb: bool = False) -> None:
+    ramp = (np.arange(64 * 64, dtype=np.uint32).reshape(64, 64) * 16).astype(np.uint16)
+    if rgb:  # Pillow cannot write 48-bit PNGs: OpenCV can (BGR order)
+        import cv2
+        cv2.imwrite(str(path), np.stack([ramp.T, ramp[::-1], ramp], -1))
+    else:
+        Image.fromarray(ramp).save(path)
+
+
+@pytest.mark.parametrize('rgb', [False, True], ids=['gray16', 'rgb48'])
+def test_16_bit_png_reads_at_full_range_on_both_paths(tmp_path, rgb):
+    from ifnd.datasets import ImageFolder
+    from ifnd.datasets.datasets import read_encoded
+    from ifnd.datasets.device_augment import decode_images
+    (tmp_path / 'cls').mkdir()
+    path = tmp_path / 'cls' / 'ramp.png'
+    _gradient_png16(path, rgb)
+    cpu = np.asarray(ImageFolder(str(tmp_path)).load_image(0))  # [H, W, 3] uint8
+    device = decode_images([read_encoded(str(path))], [str(path)])[0]
+    assert device.dtype == torch.uint8 and device.shape == (3, 64, 64)
+    assert np.array_equal(device.permute(1, 2, 0).numpy(), cpu)
+    assert len(np.unique(cpu)) > 200, 'the 16-bit range is scaled to 8 bits, not clipped'
+    assert cpu[..., 0].max() == 255 and cpu[..., 0].min() == 0
+
+
+def _splits_with_an_empty_class(root) -> None:
+    """train/ant is empty, val/ant is not: folder order alone gives the splits different ids."""
+    for split, counts in (('train', {'ant': 0, 'bee': 2, 'cat': 2}), ('val', {'ant': 1, 'bee': 1, 'cat': 1})):
+        for name, n in counts.items():
+            (root / split / name).mkdir(parents=True)
+            for i in range(n):
+                Image.new('RGB', (8, 8), (i * 50, 0, 0)).save(root / split / name / f'{i}.png')
+
+
+def test_knn_refuses_splits_whose_class_ids_differ(tmp_path):
+    from ifnd.hooks.knn_hook import KNNEvalHook
+    _splits_with_an_empty_class(tmp_path)
+
+    def hook(**extra):
+        return KNNEvalHook(val_dataset=dict(type='ImageFolder', data_root=str(tmp_path / 'val'), **extra),
+                           train_dataset=dict(type='ImageFolder', data_root=str(tmp_path / 'train'), **extra),
+                           pipeline=dict(type='EvalView', size=8), num_workers=0)
+
+    with pytest.raises(ValueError, match=r"\(validation split\) have classes the training split lacks: 'ant'; "
+                                         r'.*meaningless.*classes=\[\.\.\.\]'):
+        hook()._build_datasets(runner=None)
+    train, val = hook(classes=['ant', 'bee', 'cat'])._build_datasets(runner=None)  # one shared class list
+    assert train.classes == val.classes == ['ant', 'bee', 'cat']
+    assert train.labels.tolist() == [1, 1, 2, 2] and val.labels.tolist() == [0, 1, 2]
+
+
+def test_knn_compares_class_ids_by_name(tmp_path):
+    from ifnd.hooks.knn_hook import query_class_ids
+    assert query_class_ids(['a', 'b'], ['a', 'b']) is None
+    assert query_class_ids(['a', 'b', 'c'], ['b', 'c']).tolist() == [1, 2]
+
+
+def test_image_folder_classes_argument(tmp_path):
+    from ifnd.datasets import ImageFolder
+    _splits_with_an_empty_class(tmp_path)
+    with pytest.raises(ValueError, match="has class folders not in classes: cat; add them"):
+        ImageFolder(str(tmp_path / 'val'), classes=['ant', 'bee'])
+
+
+def test_a_level_with_one_cluster_is_refused(tmp_path):
+    message = _error(_ifnd_config_file(tmp_path, num_clusters=[10, 1]))
+    assert 'num_clusters=[10, 1] has a level with k=1' in message
+    assert 'all negatives would be eliminated' in message and 'k >= 2' in message
+
+
+# -------------------------------------------------------------------------- config mistakes, named
+@pytest.mark.parametrize('option, expected', [
+    ('train_cfg.max_epochs=ten', "config key 'train_cfg.max_epochs' must be int, got 'ten' (str)"),
+    ('custom_hooks.0.num_clusters=10', "config key 'custom_hooks.0.num_clusters' must be list[int], got 10"),
+    ('model.temperature=hot', "config key 'model.temperature' must be float, got 'hot' (str)"),
+    ('custom_hooks.0.kmeans.niter=many', "config key 'custom_hooks.0.kmeans.niter' must be int"),
+])
+def test_config_value_of_the_wrong_type_names_key_and_type(tmp_path, option, expected):
+    message = _error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--work-dir', str(tmp_path),
+                     '--cfg-options', option)
+    assert expected in message and '--cfg-options' in message
+
+
+@pytest.mark.parametrize('channels', ['(8,16,32)', '(8,16,32,64,128)'])
+def test_channels_of_the_wrong_length(tmp_path, channels):
+    message = _error(_config_file(tmp_path), '--cfg-options', f'model.backbone.channels={channels}')
+    assert f'model.backbone.channels={channels.replace(",", ", ")}' in message
+    assert 'resnet18 has 4 stages; give one width per stage' in message
+
+
+def test_config_with_a_syntax_error_names_file_and_line(tmp_path):
+    broken = tmp_path / 'broken.py'
+    broken.write_text("model = dict(type='SimCLR',\n             temperature=0.5\ntrain_cfg = dict()\n")
+    message = _error(str(broken))
+    assert message.startswith(f'error: config {broken} line ') and 'fix the file' in message
+    leaf = tmp_path / 'leaf.py'
+    leaf.write_text("_base_ = ['broken.py']\n")
+    assert f'config {broken} line ' in _error(str(leaf)), 'an error in a base file names that file'
+
+
+def test_python_config_saved_as_yaml(tmp_path):
+    path = tmp_path / 'cfg.yaml'
+    path.write_text(open(_config_file(tmp_path)).read())
+    message = _error(str(path))
+    assert f'config {path} is Python, not yaml: rename it to {tmp_path / "cfg.py"}' in message
+
+
+def test_documented_kmeans_options_pass_the_key_check(tmp_path):
+    from ifnd.engine.cli import runner_config
+    shipped = ['configs/ifnd/ifnd_r18_demo_fmnist.py', 'configs/ifnd_r50_200e_in1k.py',
+               'configs/ifnd/pcl_r50_1000e_cifar100.py', _ifnd_config_file(tmp_path)]  # last: no kmeans dict
+    for path in shipped:
+        cfg = runner_config(path, cfg_options={'custom_hooks.0.kmeans.backend': 'torch',
+                                               'custom_hooks.0.kmeans.sharded': False})
+        assert cfg.custom_hooks[0].kmeans.backend == 'torch' and cfg.custom_hooks[0].kmeans.sharded is False
+    for path in (shipped[0], shipped[-1]):
+        message = _error(path, '--cfg-options', 'custom_hooks.0.kmeans.backnd=torch')
+        assert "did you mean 'custom_hooks.0.kmeans.backend'" in message
+
+
+def test_cfg_options_values_keep_their_spaces():
+    args = train_tool.parse_args(['cfg.py', '--cfg-options', 'train_dataloader.dataset.data_root=/data/my images',
+                                  'custom_hooks.0.num_clusters=[10, 30]', "a.b=['x y', 'z']", 'c=(1, 2)', 'd=1,2'])
+    assert args.cfg_options == {'train_dataloader.dataset.data_root': '/data/my images',
+                                'custom_hooks.0.num_clusters': [10, 30], 'a.b': ['x y', 'z'],
+                                'c': (1, 2), 'd': [1, 2]}
+
+
+# ------------------------------------------------------------------------ pseudo-label files on resume
+def _rounds_json(run) -> list:
+    def refuse(constant):
+        raise AssertionError(f'rounds.json holds {constant}, which is not JSON')
+    return json.loads((run / 'pseudo_labels' / 'rounds.json').read_text(), parse_constant=refuse)
+
+
+def test_rounds_json_is_strict_json_and_survives_corruption(tmp_path, caplog):
+    path = _ifnd_config_file(tmp_path, max_epochs=2)
+    run = tmp_path / 'run'
+    train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1'])
+    rounds = _rounds_json(run)
+    assert rounds[0]['epoch'] == 0 and rounds[0]['levels'][0]['kappa_threshold'] is None  # was Infinity
+    summary = run / 'pseudo_labels' / 'rounds.json'
+    summary.write_text(summary.read_text()[:40])  # a run killed mid-write by another tool, a full disk
+    leftover = run / 'pseudo_labels' / '.tmp_abc_epoch_0001.npz'  # a run killed while writing labels
+    leftover.write_bytes(b'half')
+    train_tool.main([path, '--resume'])
+    assert not leftover.exists()
+    assert (run / 'epoch_2.pth').is_file(), 'the epoch and its checkpoint are not lost'
+    assert [r['epoch'] for r in _rounds_json(run)] == [2]
+    assert len((run / 'pseudo_labels' / 'rounds.json.corrupt').read_text()) == 40, 'kept for a look'
+    log = ''.join(p.read_text() for p in run.glob('*/*.log'))
+    assert f'{summary} is corrupt' in log and 'rounds.json.corrupt' in log
+
+
+def test_resume_with_other_cluster_numbers_clusters_again(tmp_path):
+    path = _ifnd_config_file(tmp_path, max_epochs=2)
+    run = tmp_path / 'run'
+    train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1'])
+    train_tool.main([path, '--resume', '--cfg-options', 'custom_hooks.0.num_clusters=[12]'])
+    log = ''.join(p.read_text() for p in run.glob('*/*.log'))
+    assert "pseudo labels (k=[10], 136 samples) do not match this run (num_clusters=[12]" in log
+    assert np.load(run / 'pseudo_labels' / 'epoch_0001.npz')['num_clusters'].tolist() == [12]
+    state = torch.load(run / 'epoch_2.pth', weights_only=False)['state_dict']
+    assert state['label_bank.num_clusters'].tolist() == [12]
+
+
+def test_full_disk_while_saving_pseudo_labels(tmp_path, monkeypatch):
+    real_fsync = os.fsync
+
+    def fsync_disk_full_for_labels(fd):
+        if os.readlink(f'/proc/self/fd/{fd}').endswith('.npz'):
+            raise OSError(28, 'No space left on device')
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, 'fsync', fsync_disk_full_for_labels)
+    message = _error(_ifnd_config_file(tmp_path))
+    folder = tmp_path / 'run' / 'pseudo_labels'
+    assert f'could not write {folder / "epoch_0000.npz"} (No space left on device)' in message
+    assert 'Free space' in message and os.listdir(folder) == [], 'no temp file is left'

@@ -3,10 +3,10 @@ import argparse
 import os
 import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.runner import Runner
 
-from ifnd.engine.cli import input_errors_as_messages, runner_config
+from ifnd.engine.cli import CfgOptionsAction, input_errors_as_messages, runner_config
 from ifnd.registry import RUNNERS
 
 
@@ -20,7 +20,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='resume from CKPT, or from the latest checkpoint in the work dir '
                         'when no path is given')
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
                         help='override config keys, e.g. train_cfg.max_epochs=10 '
                         'custom_hooks.0.scheme=step')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],

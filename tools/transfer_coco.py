@@ -22,11 +22,11 @@ import os
 import os.path as osp
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.dist import get_rank
 from mmengine.runner import find_latest_checkpoint
 
-from ifnd.engine.cli import check_arguments, runner_config
+from ifnd.engine.cli import CfgOptionsAction, check_arguments, runner_config
 from ifnd.evaluation.coco import RESULTS_FILE, format_results_table
 from ifnd.registry import RUNNERS
 
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--detector', help='fine-tuned detector checkpoint for --eval-only '
                         '(default: the latest one in the work dir)')
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision training')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
                         help='override config keys, e.g. train_cfg.max_iters=1000 model.norm=BN')
     dist = parser.add_argument_group('distributed (tools/dist_transfer_coco.sh sets these)')
     dist.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import typing
 import warnings
 from dataclasses import dataclass
 from typing import Sequence, Union
@@ -28,7 +29,7 @@ from torch import Tensor
 from ifnd.dist import all_reduce_sum
 
 __all__ = ['KMeansResult', 'kmeans', 'multi_level_kmeans', 'assign_by_cosine', 'KMEANS_BACKENDS',
-           'choose_backend', 'faiss_gpu_available', 'resolve_backend']
+           'choose_backend', 'faiss_gpu_available', 'resolve_backend', 'kmeans_options']
 
 KMEANS_BACKENDS = ('auto', 'faiss', 'torch')
 _INITS = ('random', 'k-means++')
@@ -484,11 +485,7 @@ def multi_level_kmeans(features: ArrayLike,
     if len(ks) == 0:
         raise ValueError('ks must name at least one number of clusters')
     # kmeans()'s keyword defaults, so the two entry points cannot drift apart.
-    options = {
-        name: param.default
-        for name, param in inspect.signature(kmeans).parameters.items()
-        if param.kind is inspect.Parameter.KEYWORD_ONLY and name != 'seed'
-    }
+    options = {name: param.default for name, param in kmeans_options().items() if name != 'seed'}
     unknown = set(kwargs) - set(options)
     if unknown:
         raise TypeError(f'unexpected k-means options: {sorted(unknown)}')
@@ -501,3 +498,11 @@ def multi_level_kmeans(features: ArrayLike,
                            seed + level * _LEVEL_SEED_STRIDE, options['backend'], options['init'],
                            options['verbose'], index) for level, k in enumerate(ks)
     ]
+
+
+def kmeans_options() -> dict[str, inspect.Parameter]:
+    """The keyword options of :func:`kmeans` by name, with their defaults and resolved types."""
+    hints = typing.get_type_hints(kmeans)
+    return {name: param.replace(annotation=hints.get(name, param.annotation))
+            for name, param in inspect.signature(kmeans).parameters.items()
+            if param.kind is inspect.Parameter.KEYWORD_ONLY}

@@ -178,8 +178,7 @@ class ContrastiveDataset(Dataset):
 
     def load_image(self, i: int) -> Image.Image:
         """Return item ``i`` as an RGB PIL image, before any transform."""
-        img = self._read_image(int(self.indices[i]))
-        return img if img.mode == 'RGB' else img.convert('RGB')
+        return to_rgb(self._read_image(int(self.indices[i])))
 
     def __getitem__(self, i: int | tuple[int, int]) -> dict[str, Any]:
         seed = None
@@ -225,12 +224,30 @@ class ContrastiveDataset(Dataset):
                 f'pipeline={self.pipeline})')
 
 
+# Pillow's modes for 16-bit (and 32-bit integer) single-channel images, e.g. 16-bit grayscale PNGs.
+_WIDE_INTEGER_MODES = ('I;16', 'I;16L', 'I;16B', 'I;16N', 'I')
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """An image as 8-bit RGB; 16-bit grayscale keeps its full range, scaled to 8 bits (its top byte).
+
+    Pillow's ``convert('RGB')`` clips 16-bit values at 255; the top byte is what Pillow keeps of
+    16-bit RGB files and what the device path takes of every 16-bit image (``decode_images``).
+    """
+    if img.mode == 'RGB':
+        return img
+    if img.mode in _WIDE_INTEGER_MODES:
+        values = np.clip(np.asarray(img, dtype=np.int64), 0, 65535) >> 8
+        img = Image.fromarray(values.astype(np.uint8), mode='L')
+    return img.convert('RGB')
+
+
 def load_rgb_image(path: str, listed_in: str = 'the list file') -> Image.Image:
     """An image file decoded as RGB, with errors that name the file and the fix."""
     try:
         with Image.open(path) as img:
             img.load()  # decode now, so a truncated file fails here with its name, not inside a transform
-            return img.convert('RGB')
+            return to_rgb(img)
     except FileNotFoundError:
         raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of "
                                 f'{listed_in}') from None
@@ -242,6 +259,10 @@ def load_rgb_image(path: str, listed_in: str = 'the list file') -> Image.Image:
 @DATASETS.register_module()
 class ImageFolder(ContrastiveDataset):
     """Images under ``data_root/<class>/...`` (sorted folder names give class ids) or listed in ``ann_file``.
+
+    ``classes``: the class folder names in id order, shared by the splits (e.g. train and val) so
+    a class without images in one split keeps every id the same; default: the sorted folders that
+    hold images.
 
     ``ann_file`` (absolute or relative to ``data_root``) has lines ``relative/path [label]``; a missing
     label means -1. Images lying directly in ``data_root`` without class folders are unlabelled (-1).
@@ -255,12 +276,19 @@ class ImageFolder(ContrastiveDataset):
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
                  subset_seed: int = 0,
-                 augment_on: str = 'cpu') -> None:
+                 augment_on: str = 'cpu',
+                 classes: Sequence[str] | None = None) -> None:
         self.data_root = str(data_root)
         self.ann_file = ann_file
+        if isinstance(classes, str):
+            raise ValueError(f'classes must be a list of class folder names, got the string {classes!r}')
+        self.requested_classes = list(classes) if classes is not None else None
+        if self.requested_classes is not None and len(set(self.requested_classes)) != len(self.requested_classes):
+            raise ValueError(f'classes lists a name twice: {self.requested_classes}')
         self.extensions = tuple(e.lower() for e in extensions)
         if ann_file is not None:
             names, labels = self._read_ann_file()
+            self.classes = self.requested_classes
         else:
             names, labels = self._scan_folder()
         # A fixed-width bytes array instead of a list of str: no per-item refcounts, so forked
@@ -313,14 +341,27 @@ class ImageFolder(ContrastiveDataset):
             return found
 
         names, labels, classes = [], [], []
-        for entry in sorted(os.scandir(root), key=lambda e: e.name):
-            if entry.is_dir() and not entry.name.startswith('.'):
-                files = images_under(entry.path)
-                if files:  # empty or non-image folders are not classes
-                    names += files
-                    labels += [len(classes)] * len(files)
-                    classes.append(entry.name)
-        if classes:
+        folders = {entry.name: images_under(entry.path) for entry in os.scandir(root)
+                   if entry.is_dir() and not entry.name.startswith('.')}
+        if self.requested_classes is not None:
+            unlisted = sorted(name for name, files in folders.items()
+                              if files and name not in self.requested_classes)
+            if unlisted:
+                raise ValueError(f"Image folder '{root}' has class folders not in classes: "
+                                 f"{', '.join(unlisted[:5])}{' ...' if len(unlisted) > 5 else ''}; "
+                                 'add them to classes or move them out of the folder')
+            for name in self.requested_classes:  # the given order; a class without images keeps its id
+                files = folders.get(name, [])
+                names += files
+                labels += [len(classes)] * len(files)
+                classes.append(name)
+        else:
+            for name in sorted(folders):
+                if folders[name]:  # empty or non-image folders are not classes
+                    names += folders[name]
+                    labels += [len(classes)] * len(folders[name])
+                    classes.append(name)
+        if names:
             self.classes = classes
         else:
             names = [fn for fn in sorted(os.listdir(root))
@@ -365,13 +406,14 @@ class ImageNet(ImageFolder):
                  subset_fraction: float | None = None,
                  subset_file: str | None = None,
                  subset_seed: int = 0,
-                 augment_on: str = 'cpu') -> None:
+                 augment_on: str = 'cpu',
+                 classes: Sequence[str] | None = None) -> None:
         self.split = split
         self.imagenet_root = str(data_root)
         if ann_file is None:
             data_root = osp.join(str(data_root), split)
         super().__init__(data_root, ann_file, extensions, pipeline, subset_fraction, subset_file, subset_seed,
-                         augment_on)
+                         augment_on, classes)
 
     def _missing_root_hint(self) -> str:
         return (f"expected ImageNet layout '{self.imagenet_root}/{{train,val}}/<wnid>/*.JPEG', or pass "

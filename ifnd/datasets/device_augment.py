@@ -143,10 +143,13 @@ def _decode_one(data: torch.Tensor, path: str, device: torch.device, jpeg: bool)
         except RuntimeError:
             pass  # e.g. a CMYK JPEG nvJPEG does not take: the CPU decoder may
     try:
-        return decode_image(data, mode=ImageReadMode.RGB).to(device)
+        image = decode_image(data, mode=ImageReadMode.RGB)
     except RuntimeError as e:
         raise CorruptImageError(f"Cannot decode image '{path}' ({str(e).splitlines()[0]}); remove or replace the "
                                 'file, or leave it out of the data set') from e
+    if image.dtype == torch.uint16:  # 16-bit PNGs: the top byte, as the CPU path (datasets.to_rgb)
+        image = image.to(torch.int32).bitwise_right_shift_(8).to(torch.uint8)
+    return image.to(device)
 
 
 class DeviceAugmentCache:

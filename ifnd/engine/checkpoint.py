@@ -106,8 +106,18 @@ class SafeLoadRunner(Runner):
                 meta['cfg'] = config_to_data(self.cfg)
         super().call_hook(fn_name, **kwargs)
 
+    def build_train_loop(self, loop):
+        """mmengine's training loop, refusing a data loader that yields no batch at all."""
+        loop = super().build_train_loop(loop)
+        dataloader = getattr(loop, 'dataloader', None)
+        if dataloader is not None and hasattr(dataloader, '__len__') and len(dataloader) == 0:
+            raise ValueError(empty_loader_message(dataloader))
+        return loop
+
     def _remove_unfinished_writes(self) -> None:
-        for path in glob.glob(os.path.join(self.work_dir, TEMP_PREFIX + '*')):
+        # Checkpoints in the work dir, pseudo labels and summaries one folder down.
+        for path in glob.glob(os.path.join(self.work_dir, TEMP_PREFIX + '*')) + \
+                glob.glob(os.path.join(self.work_dir, '*', TEMP_PREFIX + '*')):
             os.unlink(path)
             self.logger.info(f'Removed {path}, left by a run stopped while writing it')
 
@@ -127,6 +137,24 @@ class SafeLoadRunner(Runner):
         self._has_loaded = True
         self.logger.info(f'Load checkpoint from {filename}')
         return checkpoint
+
+
+def empty_loader_message(dataloader) -> str:
+    """Why a training data loader has no batch (too few samples for one batch), and the fix."""
+    from mmengine.dist import get_world_size
+    num = len(dataloader.dataset)
+    world = get_world_size()
+    per_process = len(dataloader.sampler) if hasattr(dataloader.sampler, '__len__') else num
+    batch_size = dataloader.batch_size or getattr(dataloader.batch_sampler, 'batch_size', None)
+    drop_last = getattr(dataloader.batch_sampler, 'drop_last', dataloader.drop_last)
+    where = f'{num} samples' + (f' ({per_process} per process over {world})' if world > 1 else '')
+    if num == 0 or not drop_last:
+        return (f'the training set has {where}: no batch to train on and the checkpoints would '
+                'be untrained; check train_dataloader.dataset (data_root, subset_fraction)')
+    return (f'the training set has {where}, fewer than one batch of {batch_size} with '
+            'drop_last=True: no iteration would run and the checkpoints would be untrained; set '
+            f'train_dataloader.batch_size to at most {per_process} or '
+            'train_dataloader.drop_last=False (or use more data)')
 
 
 def read_checkpoint(filename: str, map_location='cpu') -> dict:

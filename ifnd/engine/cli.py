@@ -1,5 +1,7 @@
 """Helpers shared by the command-line tools: device choice, JSON results, Runner configs, errors."""
 import argparse
+import ast
+import collections.abc
 import contextlib
 import difflib
 import glob
@@ -7,10 +9,12 @@ import inspect
 import json
 import os
 import os.path as osp
+import types
+import typing
 from collections.abc import Iterator
 
 import torch
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 from mmengine.registry import Registry
 from mmengine.runner import Runner
 
@@ -55,11 +59,12 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
         raise SystemExit(f'Config file not found: {config}. Configs live under configs/, '
                          'e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
     check_arguments(launcher=launcher, folders={'--work-dir': work_dir})
-    cfg = Config.fromfile(config)
+    cfg = load_config(config)
     cfg.launcher = launcher
     if cfg_options:
         check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
+    check_cfg_types(cfg)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
@@ -83,6 +88,184 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
         cfg.resume = True
         cfg.load_from = resume
     return cfg
+
+
+def _syntax_error_in(path: str, seen: set[str] | None = None) -> SyntaxError | None:
+    """The first syntax error in a Python config or the ``_base_`` files it names, with its file."""
+    seen = set() if seen is None else seen
+    path = osp.abspath(path)
+    if path in seen or not osp.isfile(path) or not path.endswith('.py'):
+        return None
+    seen.add(path)
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as err:
+        return err
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], 'id', None) == '_base_'):
+            try:
+                bases = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            for base in [bases] if isinstance(bases, str) else bases:
+                found = _syntax_error_in(osp.join(osp.dirname(path), base), seen)
+                if found is not None:
+                    return found
+    return None
+
+
+def load_config(path: str) -> Config:
+    """``Config.fromfile`` with one-line errors: syntax errors by file and line, Python as YAML."""
+    try:
+        return Config.fromfile(path)
+    except SyntaxError as err:
+        found = _syntax_error_in(path) or err
+        where = found.filename if found.filename not in (None, '<unknown>') else path
+        raise ValueError(f'config {where} line {found.lineno}: {found.msg}; fix the file') from None
+    except Exception as err:
+        if osp.splitext(path)[1].lower() in ('.yaml', '.yml', '.json'):
+            with open(path, encoding='utf-8', errors='replace') as f:
+                text = f.read()
+            try:
+                compile(text, path, 'exec')
+                python = True
+            except SyntaxError:
+                python = False
+            if python:
+                raise ValueError(f'config {path} is Python, not {osp.splitext(path)[1][1:]}: '
+                                 f'rename it to {osp.splitext(path)[0]}.py') from None
+        reason = ' '.join(str(err).split()) or type(err).__name__
+        raise ValueError(f'cannot read config {path} ({type(err).__name__}: {reason}); check the '
+                         'file') from None
+
+
+class CfgOptionsAction(DictAction):
+    """mmengine's ``--cfg-options`` parser, keeping the spaces inside values (paths, names).
+
+    mmengine's own parser deletes every space; here a value is taken as written, lists and tuples
+    as Python literals where they are ones (``"key=['a b', 'c']"``), else as mmengine reads them.
+    """
+
+    @staticmethod
+    def _parse_iterable(val: str) -> typing.Any:
+        """A value of ``key=value``: number, bool, None, list/tuple, or the string as written."""
+        text = val.strip()
+        if text[:1] in '[(' and text[-1:] in '])':
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = None  # e.g. [a,b] with bare words: mmengine's reading
+            if isinstance(value, (list, tuple)):
+                return list(value) if text[0] == '[' else tuple(value)
+            return DictAction._parse_iterable(text)
+        if ',' in text:
+            return DictAction._parse_iterable(text)
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in '\'"':
+            return text[1:-1]
+        return DictAction._parse_int_float_bool(text)
+
+
+def _type_name(annotation: typing.Any) -> str:
+    """A short readable name of a type annotation."""
+    if annotation is type(None):
+        return 'None'
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace('typing.', '').replace('NoneType', 'None')
+
+
+def _fits(value: typing.Any, annotation: typing.Any) -> bool:
+    """Whether a config value fits a type annotation; types not judged here always fit."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation in (typing.Any, inspect.Parameter.empty) or isinstance(annotation, (str, typing.TypeVar)):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    container = origin or annotation
+    if container in (list, tuple, collections.abc.Sequence, typing.List, typing.Tuple):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if container in (tuple, typing.Tuple) and args and not (len(args) == 2 and args[1] is Ellipsis):
+            return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args))
+        return all(_fits(v, args[0]) for v in value) if args else True
+    if container in (dict, collections.abc.Mapping, typing.Dict):
+        return isinstance(value, dict)
+    return True  # classes and other types: configs give them as dicts that are built later
+
+
+def _parameter_types(cls: typing.Any) -> dict[str, typing.Any]:
+    """The annotated keywords a registered class (or function) takes, following ``**kwargs`` that
+    a class passes on to its base classes."""
+    found: dict[str, typing.Any] = {}
+    targets = [c.__init__ for c in cls.__mro__ if '__init__' in vars(c) and c is not object] \
+        if isinstance(cls, type) else [cls]
+    for target in targets:
+        try:
+            params = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            break
+        try:
+            hints = typing.get_type_hints(target)
+        except Exception:  # unresolvable forward references: keep the plain annotations
+            hints = {}
+        for name, param in params.items():
+            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                found.setdefault(name, hints.get(name, param.annotation))
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return found
+
+
+def check_cfg_types(cfg: Config) -> None:
+    """Refuse config values of the wrong type (``max_epochs='ten'``), naming the key and the type.
+
+    Checked against the type hints of the class each ``type`` names, and of the dict-valued
+    options a class declares in ``config_dict_options`` (e.g. PseudoLabelHook's ``kmeans``).
+    """
+    def check(key: str, value: typing.Any, annotation: typing.Any) -> None:
+        if not _fits(value, annotation):
+            raise ValueError(f'config key {key!r} must be {_type_name(annotation)}, got {value!r} '
+                             f'({type(value).__name__}); fix it in '
+                             f'{osp.basename(cfg.filename or "the config")} or with --cfg-options '
+                             f'{key}=... (quote lists and values with spaces)')
+
+    def walk(node: typing.Any, path: str) -> None:
+        if isinstance(node, (list, tuple)):
+            for i, item in enumerate(node):
+                walk(item, f'{path}.{i}' if path else str(i))
+            return
+        if not isinstance(node, dict):
+            return
+        cls = node.get('type')
+        cls = _registered_class(cls) if isinstance(cls, str) else cls
+        types_of = _parameter_types(cls) if cls is not None else {}
+        nested = getattr(cls, 'config_dict_options', {}) if cls is not None else {}
+        for name, value in node.items():
+            key = f'{path}.{name}' if path else str(name)
+            if name in types_of:
+                check(key, value, types_of[name])
+            if name in nested and isinstance(value, dict):
+                for option, option_value in value.items():
+                    if option in nested[name]:
+                        check(f'{key}.{option}', option_value, nested[name][option])
+            walk(value, key)
+
+    walk(cfg.to_dict(), '')
 
 
 def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +312,13 @@ def _takes_keyword(node: dict, name: str) -> bool:
     return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
 
 
+def _dict_options(node: dict) -> dict[str, typing.Collection[str]]:
+    """The dict-valued keywords of the class a config dict's ``type`` names, with their keys."""
+    cls = node.get('type')
+    cls = _registered_class(cls) if isinstance(cls, str) else cls
+    return dict(getattr(cls, 'config_dict_options', {})) if cls is not None else {}
+
+
 def check_cfg_options(cfg: Config, options: dict) -> None:
     """Refuse ``--cfg-options`` keys that name nothing in the config, suggesting close names.
 
@@ -140,6 +330,8 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
     for key in options:
         parts = key.split('.')
         node = tree
+        # The keys a dict-valued option takes, where its class declares them (config_dict_options).
+        option_keys: typing.Collection[str] | None = None
         for depth, part in enumerate(parts):
             last = depth == len(parts) - 1
             if isinstance(node, (list, tuple)):
@@ -148,13 +340,20 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
                     continue
                 names = [str(i) for i in range(len(node))]
             elif isinstance(node, dict):
+                declared = _dict_options(node).get(part)
                 if part in node:
-                    node = node[part]
+                    node, option_keys = node[part], declared
                     continue
-                if last and (_takes_keyword(node, part) if 'type' in node
-                             else depth == 0 and part in runner_args):
+                names = list(option_keys) if option_keys is not None else list(node.keys())
+                if declared is not None and not last:
+                    # An option of a dict the config leaves out, e.g. custom_hooks.0.kmeans.backend.
+                    if depth == len(parts) - 2 and parts[-1] in declared:
+                        break
+                    depth, part, names = depth + 1, parts[depth + 1], list(declared)
+                elif last and (_takes_keyword(node, part) if 'type' in node
+                               else part in option_keys if option_keys is not None
+                               else depth == 0 and part in runner_args):
                     break
-                names = list(node.keys())
             else:
                 break  # a value is being replaced by a dict or list: mmengine merges that itself
             where = '.'.join(parts[:depth]) or 'the config'

@@ -1,10 +1,33 @@
 """Online weighted-kNN evaluation of the backbone during training."""
+from collections.abc import Sequence
+
+import torch
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
 from ifnd.engine.features import build_eval_dataset, extract_features
 from ifnd.evaluation.metrics import knn_accuracy
 from ifnd.registry import HOOKS
+
+
+def query_class_ids(bank_classes: Sequence[str] | None,
+                    query_classes: Sequence[str] | None) -> torch.Tensor | None:
+    """Map from the query split's class ids to the bank split's by class name; None when equal.
+
+    Raises ``ValueError`` naming the query classes the bank (training) split does not have.
+    """
+    if bank_classes is None or query_classes is None or list(bank_classes) == list(query_classes):
+        return None
+    position = {name: i for i, name in enumerate(bank_classes)}
+    missing = [name for name in query_classes if name not in position]
+    if missing:
+        shown = ', '.join(map(repr, missing[:5])) + (f' and {len(missing) - 5} more'
+                                                      if len(missing) > 5 else '')
+        raise ValueError(f'the kNN queries (validation split) have classes the training split '
+                         f'lacks: {shown}; class ids would not match, so the kNN accuracy would be '
+                         'meaningless. Give both data sets the same class list, e.g. '
+                         'classes=[...] on ImageFolder, or the same class folders')
+    return torch.tensor([position[name] for name in query_classes], dtype=torch.long)
 
 
 @HOOKS.register_module()
@@ -43,6 +66,8 @@ class KNNEvalHook(Hook):
             train_cfg = self.train_dataset or runner.cfg.train_dataloader.dataset
             self._datasets = (build_eval_dataset(train_cfg, self.pipeline),
                               build_eval_dataset(self.val_dataset, self.pipeline))
+            # Refuse splits whose classes cannot be matched now, before any feature extraction.
+            query_class_ids(*(getattr(d, 'classes', None) for d in self._datasets))
         return self._datasets
 
     def evaluate(self, runner, epochs_done: int) -> float:
@@ -53,6 +78,12 @@ class KNNEvalHook(Hook):
         bank, bank_labels = extract_features(runner.model, bank_set, desc='kNN bank', **kwargs)
         query, query_labels = extract_features(runner.model, query_set, desc='kNN queries',
                                                **kwargs)
+        to_bank_ids = query_class_ids(getattr(bank_set, 'classes', None),
+                                      getattr(query_set, 'classes', None))
+        if to_bank_ids is not None:  # the splits list classes differently: compare by name
+            known = query_labels >= 0
+            query_labels = query_labels.clone()
+            query_labels[known] = to_bank_ids.to(query_labels.device)[query_labels[known]]
         num_classes = int(max(bank_labels.max(), query_labels.max())) + 1
         top1 = knn_accuracy(bank, bank_labels, query, query_labels, num_classes, k=self.k,
                             temperature=self.temperature, chunk_size=self.chunk_size)

@@ -1,5 +1,7 @@
 """Incremental false negative detection: periodic clustering into the model's label bank."""
+import io
 import json
+import math
 import os
 import time
 
@@ -9,7 +11,8 @@ from mmengine.dist import broadcast, get_world_size, is_main_process
 from mmengine.hooks import Hook
 
 from ifnd.clustering import (accept_labels, acceptance_rate, cluster_confidence, confidence,
-                             multi_level_kmeans, pcl_concentration, resolve_backend)
+                             kmeans_options, multi_level_kmeans, pcl_concentration,
+                             resolve_backend)
 from ifnd.engine.checkpoint import AtomicLocalBackend
 from ifnd.engine.features import (build_eval_dataset, extract_features, gather_shards, shard_index,
                                   unwrap_model)
@@ -17,6 +20,22 @@ from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
 from ifnd.registry import HOOKS
 
 CONFIDENCES = ('kappa', 'pcl')
+# kmeans() options PseudoLabelHook sets itself: the per-round seed (from its own ``seed``), the
+# model's device and each process's shard.
+_HOOK_SET_KMEANS_OPTIONS = ('seed', 'device', 'sample_index')
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (NaN, inf) replaced by None, so it is strict JSON."""
+    if isinstance(value, dict):
+        return {key: json_safe(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
 
 
 @HOOKS.register_module()
@@ -43,13 +62,26 @@ class PseudoLabelHook(Hook):
 
     priority = 'NORMAL'  # before CheckpointHook, so each checkpoint holds the new labels
 
+    # The keys a config may set inside dict-valued arguments, with their types: read by the
+    # config checks of tools/train.py (``--cfg-options custom_hooks.0.kmeans.backend=torch``).
+    config_dict_options = {'kmeans': {
+        **{name: param.annotation for name, param in kmeans_options().items()
+           if name not in _HOOK_SET_KMEANS_OPTIONS},
+        'sharded': bool | None}}
+
     def __init__(self, num_clusters: list[int], pipeline: dict | None = None, interval: int = 1,
                  scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
                  feature: str = 'z', confidence: str = 'kappa', temperature: float | None = None,
                  kmeans: dict | None = None, seed: int = 0, dataset: dict | None = None,
                  batch_size: int = 256, num_workers: int = 2, save_labels: bool = True) -> None:
-        if not num_clusters or min(num_clusters) < 1:
-            raise ValueError(f'num_clusters must be a non-empty list of positive k, got {num_clusters}')
+        if isinstance(num_clusters, int) or not num_clusters:
+            raise ValueError(f'PseudoLabelHook num_clusters must be a non-empty list of k, one per '
+                             f'level, got {num_clusters!r}; e.g. num_clusters=[10, 30, 100]')
+        if min(num_clusters) < 2:
+            raise ValueError(f'PseudoLabelHook num_clusters={list(num_clusters)} has a level with '
+                             f'k={min(num_clusters)}: one cluster holds every sample, so all '
+                             'negatives would be eliminated (loss 0, nothing learned); use k >= 2 '
+                             'at every level')
         if confidence not in CONFIDENCES:
             raise ValueError(f'confidence must be one of {CONFIDENCES}, got {confidence!r}')
         if interval < 1:
@@ -72,10 +104,15 @@ class PseudoLabelHook(Hook):
         if self.sharded and self.kmeans.get('backend', 'auto') == 'faiss':
             raise ValueError('kmeans.sharded=True runs PyTorch k-means; use backend="torch" or '
                              '"auto", or sharded=False for faiss')
-        for key in ('device', 'sample_index'):
+        for key in _HOOK_SET_KMEANS_OPTIONS:
             if key in self.kmeans:
-                raise ValueError(f'kmeans.{key} is set by PseudoLabelHook (the model\'s device and '
-                                 f'each process\'s shard); remove it from the config')
+                raise ValueError(f'kmeans.{key} is set by PseudoLabelHook (its own seed, the '
+                                 f'model\'s device and each process\'s shard); remove it from the '
+                                 'config')
+        unknown = sorted(set(self.kmeans) - set(self.config_dict_options['kmeans']))
+        if unknown:
+            raise TypeError(f'PseudoLabelHook got unknown kmeans options {unknown}; it takes '
+                            f'{", ".join(sorted(self.config_dict_options["kmeans"]))}')
         self.seed = seed
         self.dataset = dataset
         self.batch_size = batch_size
@@ -99,8 +136,14 @@ class PseudoLabelHook(Hook):
                             f'{getattr(model, "label_source", None)!r}')
         num = len(self._data(runner))
         if bank.num_levels == len(self.num_clusters) and bank.num_samples == num and runner.epoch > 0:
-            runner.logger.info(f'Resumed pseudo labels for {num} samples at epoch {runner.epoch}')
-            return
+            if bank.cluster_counts == self.num_clusters:
+                runner.logger.info(f'Resumed pseudo labels for {num} samples at epoch {runner.epoch}')
+                return
+        if runner.epoch > 0 and bank.num_levels:
+            runner.logger.warning(
+                f'The checkpoint\'s pseudo labels (k={bank.cluster_counts}, {bank.num_samples} '
+                f'samples) do not match this run (num_clusters={self.num_clusters}, {num} '
+                f'samples): clustering again now, at epoch {runner.epoch}')
         bank.reset(len(self.num_clusters), num)
         self.run_round(runner, runner.epoch)
 
@@ -242,16 +285,38 @@ class PseudoLabelHook(Hook):
 
     def _save(self, runner, stats, labels, true_labels, saved) -> None:
         folder = os.path.join(runner.work_dir, 'pseudo_labels')
-        os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f'epoch_{stats["epoch"]:04d}.npz')
-        tmp = path + '.tmp.npz'
-        np.savez_compressed(tmp, labels=labels.numpy(), true_labels=true_labels.numpy(),
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, labels=labels.numpy(), true_labels=true_labels.numpy(),
                             num_clusters=np.array(self.num_clusters), rate=stats['rate'],
                             epoch=stats['epoch'], **saved)
-        os.replace(tmp, path)
+        storage = AtomicLocalBackend()  # temp file, fsync, rename: as the checkpoints
+        storage.put(buffer.getvalue(), path)
         summary = os.path.join(folder, 'rounds.json')
-        rounds = []
-        if os.path.exists(summary):
-            with open(summary) as f:
-                rounds = [r for r in json.load(f) if r['epoch'] < stats['epoch']]
-        AtomicLocalBackend().put_text(json.dumps(rounds + [stats], indent=1), summary)
+        rounds = read_rounds(summary, runner.logger)
+        rounds = [r for r in rounds if r['epoch'] < stats['epoch']] + [stats]
+        storage.put_text(json.dumps(json_safe(rounds), indent=1, allow_nan=False), summary)
+
+
+def read_rounds(path: str, logger=None) -> list[dict]:
+    """The rounds a ``rounds.json`` summary holds; a corrupt one is reported, kept aside and dropped.
+
+    The summary is a convenience: a damaged file must not stop the run before its checkpoint.
+    """
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            rounds = json.load(f)
+        if not (isinstance(rounds, list)
+                and all(isinstance(r, dict) and isinstance(r.get('epoch'), int) for r in rounds)):
+            raise ValueError('not a list of rounds with an epoch each')
+        return rounds
+    except (ValueError, UnicodeDecodeError) as err:
+        kept = path + '.corrupt'
+        os.replace(path, kept)
+        if logger is not None:
+            logger.warning(f'{path} is corrupt ({" ".join(str(err).split())}); moved to {kept} '
+                           'and started a new summary from this round (the .npz files hold every '
+                           'round)')
+        return []

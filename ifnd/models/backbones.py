@@ -32,6 +32,8 @@ class TimmBackbone(BaseModule):
                 raise ValueError(f'timm has no model named {model_name!r}; see '
                                  "timm.list_models('resnet*') for valid names") from err
             raise
+        if 'channels' in timm_kwargs:
+            self._check_stage_count(model_name, timm_kwargs)
         if cifar_stem:
             self._use_cifar_stem()
         self.out_dim = self.model.num_features
@@ -45,6 +47,23 @@ class TimmBackbone(BaseModule):
                              f'{compile!r}')
         self.compile_cfg = compile if compile is not False else None
         self._compiled = False
+
+    def _check_stage_count(self, model_name: str, timm_kwargs: dict) -> None:
+        """Refuse ``channels`` (one width per stage) whose length differs from the network's stages.
+
+        timm's ResNet zips the widths with the stage depths, so a wrong length silently builds a
+        network with fewer stages (or ignores the extra widths).
+        """
+        channels = timm_kwargs['channels']
+        others = {k: v for k, v in timm_kwargs.items() if k != 'channels'}
+        with torch.device('meta'):  # the default network's layout, without allocating it
+            reference = timm.create_model(model_name, pretrained=False, num_classes=0, **others)
+        stages = [n for n, _ in reference.named_children() if n.startswith('layer')]
+        if stages and len(channels) != len(stages):
+            example = ', e.g. channels=(64, 128, 256, 512)' if len(stages) == 4 else ''
+            raise ValueError(f'model.backbone.channels={tuple(channels)} gives {len(channels)} '
+                             f'widths but {model_name} has {len(stages)} stages; give one width '
+                             f'per stage{example}')
 
     def _use_cifar_stem(self) -> None:
         conv1 = getattr(self.model, 'conv1', None)
