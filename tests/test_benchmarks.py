@@ -269,7 +269,7 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
     for (method, seed), run in runs.items():
         work_dir = tmp_path / 'runs' / method / f'seed_{seed}'
         # The numbers are the runs' own logs: kNN after each epoch, the probe's accuracy.
-        assert [e for e, _ in run['top1_history']] == [1, 2]
+        assert [e for e, _ in run['top1_history']] == [0, 1, 2]  # eval_at_start, then each epoch
         assert run['top1'] == bench.read_scalars(str(work_dir), 'knn/top1', None)[-1][1]
         assert run['linear_top1'] == bench.read_scalars(str(work_dir / 'linear'), 'top1',
                                                         None)[-1][1]
@@ -310,3 +310,14 @@ def test_false_negatives_reads_results(tmp_path):
     assert (last['epoch'], used['epoch']) == (4, 2)
     assert bench.pick_level(last, 'finest') == {'k': 100, 'mtpr': 2.0, 'mtnr': 99.5}
     assert bench.pick_level(last, 0)['k'] == 10
+
+
+def test_detection_over_training_weights_each_round_by_the_epochs_it_labels():
+    bench = _load('false_negatives')
+    rounds = [{'epoch': 0, 'levels': [{'mtpr': 0.0, 'mtnr': 100.0}, {'mtpr': 0.0, 'mtnr': 100.0}]},
+              {'epoch': 1, 'levels': [{'mtpr': 40.0, 'mtnr': 90.0}, {'mtpr': 20.0, 'mtnr': 98.0}]},
+              {'epoch': 3, 'levels': [{'mtpr': 60.0, 'mtnr': 80.0}, {'mtpr': 40.0, 'mtnr': 96.0}]}]
+    # Epoch 1 trains on round 0's labels, epochs 2-3 on round 1's, epoch 4 on round 3's.
+    got = bench.detection_over_training(rounds, 4)
+    assert got['false_negatives_eliminated'] == pytest.approx((0 + 30 + 30 + 50) / 4)
+    assert got['true_negatives_eliminated'] == pytest.approx((0 + 6 + 6 + 12) / 4)
