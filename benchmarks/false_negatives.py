@@ -86,7 +86,7 @@ CLOSERS = ('ifnd', 'oracle_elim')  # methods whose share of the SimCLR -> SupCon
 PRESETS = {
     'cpu': dict(epochs=30, subset=0.1, batch_size=128, backbone='resnet18', cifar_stem=False,
                 channels='32,64,128,256', neck_hidden=256, cluster_interval=3, knn_interval=5,
-                val_fraction=0.2, lr=0.25, warmup_epochs=2, num_workers=2, temperature=None,
+                val_fraction=1.0, lr=0.25, warmup_epochs=2, num_workers=2, temperature=0.2,
                 num_clusters=None, final_rate=None, nredo=2, linear_epochs=10,
                 seeds=[0, 1, 2]),
     'gpu': dict(epochs=None, subset=None, batch_size=None, backbone=None, cifar_stem=None,
@@ -217,9 +217,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error('--num-clusters needs k >= 2 per level, e.g. 10,30,100')
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f'--seeds repeats a seed: {args.seeds}')
-    if args.eval_split == 'val' and args.val_fraction is None:
-        parser.error('--eval-split val needs --val-fraction (the held-out share of the '
-                     'training split)')
+    if args.eval_split == 'val' and (args.val_fraction is None or args.val_fraction >= 1.0):
+        parser.error('--eval-split val needs --val-fraction below 1 (the held-out share of the '
+                     'training split), e.g. 0.1')
     if args.channels is not None and not isinstance(args.channels, tuple):
         try:
             args.channels = tuple(_ints(args.channels))
