@@ -1,7 +1,7 @@
 # IFND on ImageNet-1k (the paper's main setting): MoCo v2 base, 3-layer MLP head, k-means with
 # {1000, 3000, 10000} clusters after every epoch, linear acceptance 0 -> 100%, elimination loss.
 # Run: tools/dist_train.sh configs/ifnd_r50_200e_in1k.py 8
-_base_ = ['mocov2/mocov2_r50_200e_in1k.py']
+_base_ = ['mocov2/mocov2_r50_200e_in1k.py', '_base_/pseudo_labels.py']
 
 model = dict(
     type='IFNDMoCo',
@@ -9,16 +9,6 @@ model = dict(
     neck=dict(num_layers=3, with_bn=True),
 )
 pseudo_label_hook = dict(
-    type='PseudoLabelHook',
-    num_clusters=[1000, 3000, 10000],
-    interval=1,
-    scheme='linear',
-    final_rate=1.0,
-    feature='z',
-    confidence='kappa',
-    pipeline={{_base_.eval_pipeline}},
-    kmeans=dict(niter=20, nredo=5, max_points_per_centroid=1000, min_points_per_centroid=10),
-    batch_size=256,
-    num_workers=8,
-)
-custom_hooks = [pseudo_label_hook, {{_base_.knn_hook}}]
+    _base_.pseudo_label_hook, num_clusters=[1000, 3000, 10000], interval=1,
+    pipeline=_base_.eval_pipeline, batch_size=256, num_workers=8)
+custom_hooks = [pseudo_label_hook, _base_.knn_hook]
