@@ -263,3 +263,17 @@ def test_throughput_benchmark_configs(tmp_path):
     rows = [dict(data='digits', augment_on=a, ms_per_iter=t, images_per_s=64000 / t, data_share=0.5)
             for a, t in (('cpu', 200.0), ('device', 100.0))]
     assert '| digits | device | 100.0 | 640 | 50% | 2.00x |' in bench.markdown_table(rows)
+
+
+def test_views_repeat_under_the_same_seed():
+    """The views draw only from torch's generator of the images' device: re-seeding (ReseedHook) repeats them."""
+    views = DeviceViews(dict(type='MultiView', num_views=2, transforms=dict(type='SimCLRView', size=16, blur_p=0.5)))
+    batch = torch.randint(0, 256, (6, 3, 20, 24), dtype=torch.uint8)
+    files = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in ((20, 24), (31, 17), (16, 40))]
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        runs.append(views(batch) + views(files))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    torch.manual_seed(6)
+    assert not torch.equal(views(batch)[0], runs[0][0])
