@@ -277,3 +277,16 @@ def test_views_repeat_under_the_same_seed():
     assert all(torch.equal(a, b) for a, b in zip(*runs))
     torch.manual_seed(6)
     assert not torch.equal(views(batch)[0], runs[0][0])
+
+
+def test_images_of_different_sizes_keep_their_order_across_chunks(monkeypatch):
+    from ifnd.datasets import device_augment
+    monkeypatch.setattr(device_augment, 'PADDED_BATCH_BYTES', 3 * 40 * 40 * 4 * 2)  # a few images per chunk
+    view = ContrastiveView(size=8, jitter_p=0.0, grayscale_p=0.0, flip=False)
+    sizes = [(40, 30), (12, 20), (33, 33), (9, 15), (40, 40), (20, 12), (16, 16)]
+    images = [torch.full((3, h, w), 30 * i, dtype=torch.uint8) for i, (h, w) in enumerate(sizes)]
+    assert len(device_augment._padded_chunks(images)) > 1
+    out = DeviceView(view).from_list(images)
+    assert out.shape == (len(sizes), 3, 8, 8)
+    for i, v in enumerate(out):  # each crop of a flat image is its colour, also at the padded edges
+        torch.testing.assert_close(v, torch.full_like(v, 30 * i / 255), rtol=0, atol=1e-6)

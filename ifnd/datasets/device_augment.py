@@ -73,8 +73,11 @@ def sample_crops(heights: torch.Tensor, widths: torch.Tensor, scale: Sequence[fl
     fh = torch.where(too_tall, torch.round(W / min(ratio)), H)
     w, h = torch.where(found, w, fw), torch.where(found, h, fh)
     u = torch.rand(2, n, device=device)
-    top = torch.where(found, torch.floor(u[0] * (H - h + 1)), torch.div(H - h, 2, rounding_mode='floor'))
-    left = torch.where(found, torch.floor(u[1] * (W - w + 1)), torch.div(W - w, 2, rounding_mode='floor'))
+    # Uniform integer offsets as torchvision's randint; the minimum guards u * n rounding up to n in float32.
+    top = torch.minimum(torch.floor(u[0] * (H - h + 1)), H - h)
+    left = torch.minimum(torch.floor(u[1] * (W - w + 1)), W - w)
+    top = torch.where(found, top, torch.div(H - h, 2, rounding_mode='floor'))
+    left = torch.where(found, left, torch.div(W - w, 2, rounding_mode='floor'))
     return torch.stack([top, left, h, w], 1)
 
 
