@@ -290,3 +290,22 @@ def test_images_of_different_sizes_keep_their_order_across_chunks(monkeypatch):
     assert out.shape == (len(sizes), 3, 8, 8)
     for i, v in enumerate(out):  # each crop of a flat image is its colour, also at the padded edges
         torch.testing.assert_close(v, torch.full_like(v, 30 * i / 255), rtol=0, atol=1e-6)
+
+
+def test_full_jitter_equals_the_four_adjustments_in_each_samples_order():
+    view = ContrastiveView(size=8, scale=(1.0, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=1.0, grayscale_p=0.0,
+                           flip=False)
+    x = _rate_images(64).float() / 255
+    torch.manual_seed(4)
+    y = DeviceView(view).colour(x)
+    torch.manual_seed(4)
+    n = x.shape[0]
+    torch.rand(n)  # the jitter_p draw
+    order = torch.rand(n, 4).argsort(1)
+    factors = [0.6 + 0.8 * torch.rand(n) for _ in range(3)] + [-0.1 + 0.2 * torch.rand(n)]
+    steps = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
+    for i in range(n):
+        want = x[i:i + 1]
+        for j in order[i].tolist():
+            want = steps[j](want, factors[j][i:i + 1])
+        torch.testing.assert_close(y[i:i + 1], want, rtol=0, atol=1e-5)

@@ -225,17 +225,28 @@ class DeviceView(nn.Module):
         return x
 
     def _jitter(self, x: torch.Tensor) -> torch.Tensor:
-        # torchvision applies the four adjustments in a random order; per sample here: slot k applies
-        # the adjustment that sample's permutation puts there (each one computed for the batch).
+        # torchvision applies the four adjustments in a random order; per sample here: slot k applies the
+        # adjustment that sample's permutation puts there. Brightness, contrast and saturation are all
+        # blends f x + (1 - f) target (target 0, the mean luma, the luma image), so one blend per slot
+        # with a per-sample factor and target does any of them; hue is computed per slot and selected.
         n, device = x.shape[0], x.device
         order = torch.rand(n, 4, device=device).argsort(1)
-        factors = [rng[0] + (rng[1] - rng[0]) * torch.rand(n, device=device) if rng else None for _, rng in self.jitter]
+        neutral = (1.0, 1.0, 1.0, 0.0)  # a step left out of the config leaves the image as it is
+        factors = torch.stack([rng[0] + (rng[1] - rng[0]) * torch.rand(n, device=device) if rng
+                               else torch.full((n,), neutral[j], device=device)
+                               for j, (_, rng) in enumerate(self.jitter)], 1)
+        # The hue slot's blend factor is 1 (identity): the hue shift is applied by adjust_hue alone.
+        blend = torch.cat([factors[:, :3], torch.ones(n, 1, device=device)], 1)
         for slot in range(4):
-            out = x
-            for j, (adjust, _) in enumerate(self.jitter):
-                if factors[j] is not None:
-                    out = torch.where(_per_sample(order[:, slot] == j), adjust(x, factors[j]), out)
-            x = out
+            op = order[:, slot]
+            luma = grey(x)
+            target = torch.where(_per_sample(op == 0), 0.0,
+                                 torch.where(_per_sample(op == 1), luma.mean((1, 2, 3), keepdim=True), luma))
+            f = _per_sample(blend.gather(1, op.unsqueeze(1)).squeeze(1))
+            y = (f * x + (1 - f) * target).clamp_(0, 1)
+            if self.jitter[3][1] is not None:
+                y = torch.where(_per_sample(op == 3), adjust_hue(x, factors[:, 3]), y)
+            x = y
         return x
 
 
