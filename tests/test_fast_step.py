@@ -8,6 +8,7 @@ from helpers import TINY_BACKBONE, TINY_NECK
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ifnd.engine import cli
 from ifnd.registry import MODELS
@@ -277,7 +278,7 @@ SYNC_OPS = ('aten::_local_scalar_dense', 'aten::nonzero', 'aten::is_nonzero', 'a
 MASK_INDEX_OPS = ('aten::index', 'aten::index_put', 'aten::index_put_', 'aten::_index_put_impl_')
 
 
-class _RefuseSyncOps(torch.utils._python_dispatch.TorchDispatchMode):
+class _RefuseSyncOps(TorchDispatchMode):
     """Raise on every host-sync op dispatched (forward, autograd's backward and optimiser alike)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
