@@ -33,7 +33,7 @@ setup(
         # faiss on the GPU: install instead of faiss-cpu (pip uninstall faiss-cpu first).
         'faiss-gpu': ['faiss-gpu>=1.7.4'],
         # Views made on the training device (augment_on='device' in the dataset configs).
-        'device': ['kornia>=0.7'],
-        'tests': ['pytest>=7', 'kornia>=0.7'],
+        'device': [],  # device views need only torch and torchvision (kept: `pip install ifnd[device]`)
+        'tests': ['pytest>=7'],
     },
 )

@@ -6,7 +6,7 @@ Trains SimCLR with a small ResNet-18 through ``tools/train.py`` (one subprocess 
 * ``jpeg``: a folder of JPEG files this script generates (ImageFolder layout, ``--jpeg-size`` pixels),
 
 each once with ``augment_on='cpu'`` (torchvision views in ``--workers`` loader workers) and once with
-``augment_on='device'`` (kornia views in the data preprocessor; in-memory data sampled as whole
+``augment_on='device'`` (views made in batches in the data preprocessor; in-memory data sampled as whole
 batches without workers, JPEG files decoded by ``decode_jpeg`` on the device). Every iteration is
 logged (``log_processor.window_size=1``); the first ``--warmup`` iterations are left out and the
 median iteration time gives images/s (source images; each makes two views).

@@ -1,4 +1,4 @@
-"""Views made in batches by kornia (augment_on='device'), checked against the CPU pipeline on CPU tensors."""
+"""Views made in batches on the device (augment_on='device'), checked against the CPU pipeline on CPU tensors."""
 import os.path as osp
 
 import numpy as np
@@ -8,14 +8,15 @@ from helpers import digits_config
 from PIL import Image
 from scipy.stats import ks_2samp
 from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
 
 from ifnd.datasets import ContrastiveView, CorruptImageError, Digits, ImageFolder, MoCoV2View, SimCLRView
 from ifnd.datasets.datasets import batch_collate
-from ifnd.datasets.device_augment import DeviceView, DeviceViews, decode_images
+from ifnd.datasets.device_augment import (DeviceView, DeviceViews, adjust_brightness, adjust_contrast,
+                                         adjust_hue, adjust_saturation, decode_images, gaussian_blur, grey,
+                                         resized_crops, sample_crops)
 from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
 from ifnd.registry import RUNNERS
-
-pytest.importorskip('kornia')
 
 N_CROPS = 4000  # two-sample KS at n = m = 4000 detects a CDF gap of ~0.045 at p = 0.001
 N_DEVICE, N_CPU = 4000, 1500  # applied-or-not rates: binomial standard error <= 0.013 for the CPU side
@@ -25,14 +26,15 @@ def _crop_scale_ratio(h, w, H, W):
     return np.asarray(h * w / (H * W), dtype=float), np.asarray(w / h, dtype=float)
 
 
-@pytest.mark.parametrize('view,H,W', [(SimCLRView(size=32), 64, 96), (MoCoV2View(size=28), 28, 28)])
+@pytest.mark.parametrize('view,H,W', [(SimCLRView(size=32), 64, 96), (MoCoV2View(size=28), 28, 28),
+                                      (MoCoV2View(size=32), 20, 90)])  # 20 x 90: often the centre fallback
 def test_crop_scale_and_ratio_match_torchvision(view, H, W):
     torch.manual_seed(0)
-    params = DeviceView(view).crop.forward_parameters((N_CROPS, 3, H, W))
-    src = params['src']  # corners (x, y) of each crop box, inclusive
-    kw = (src[:, 1, 0] - src[:, 0, 0] + 1).numpy()
-    kh = (src[:, 2, 1] - src[:, 1, 1] + 1).numpy()
-    assert (src[:, 0] >= 0).all() and (src[:, 2, 0] <= W - 1).all() and (src[:, 2, 1] <= H - 1).all()
+    boxes = sample_crops(torch.full((N_CROPS,), H), torch.full((N_CROPS,), W), view.params['scale'],
+                         view.params['ratio']).double().numpy()  # whole numbers
+    top, left, kh, kw = boxes.T
+    assert (top >= 0).all() and (left >= 0).all() and (top + kh <= H).all() and (left + kw <= W).all()
+    assert (kh >= 1).all() and (kw >= 1).all() and (boxes == np.round(boxes)).all()
     img = torch.zeros(3, H, W)
     tv = np.array([v2.RandomResizedCrop.get_params(img, list(view.params['scale']), list(view.params['ratio']))
                    for _ in range(N_CROPS)])
@@ -40,8 +42,65 @@ def test_crop_scale_and_ratio_match_torchvision(view, H, W):
     t_scale, t_ratio = _crop_scale_ratio(tv[:, 2], tv[:, 3], H, W)
     assert ks_2samp(k_scale, t_scale).pvalue > 1e-3
     assert ks_2samp(k_ratio, t_ratio).pvalue > 1e-3
+    # Offsets uniform over the free room, as torchvision's randint: compare the relative position.
+    k_pos = (top + 0.5) / (H - kh + 1)
+    t_pos = (tv[:, 0] + 0.5) / (H - tv[:, 2] + 1)
+    assert ks_2samp(k_pos, t_pos).pvalue > 1e-3
     lo, hi = view.params['scale']
     assert k_scale.min() >= lo * 0.8 and k_scale.max() <= 1.0
+
+
+def test_crops_resize_in_one_op():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(3, 3, 12, 10, generator=g)
+    whole = torch.tensor([[0.0, 0.0, 12.0, 10.0]] * 3)
+    torch.testing.assert_close(resized_crops(x, whole, (12, 10)), x)  # a full-size crop is the image
+    box = torch.tensor([[2.0, 3.0, 6.0, 4.0]] * 3)
+    torch.testing.assert_close(resized_crops(x, box, (6, 4)), x[:, :, 2:8, 3:7])
+    # Halving: each output pixel is the mean of its 2 x 2 footprint (antialiased, as torchvision's).
+    half = resized_crops(x, whole, (6, 5))
+    torch.testing.assert_close(half, torch.nn.functional.avg_pool2d(x, 2), rtol=1e-5, atol=1e-6)
+
+
+def test_colour_ops_match_torchvision_per_sample():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(6, 3, 9, 11, generator=g)
+    x[0] = 0.5  # a grey image: hue and saturation leave it
+    factors = torch.rand(6, generator=g) * 1.6
+    hues = torch.rand(6, generator=g) - 0.5
+    for ours, theirs, f in ((adjust_brightness, TF.adjust_brightness, factors),
+                            (adjust_contrast, TF.adjust_contrast, factors),
+                            (adjust_saturation, TF.adjust_saturation, factors),
+                            (adjust_hue, TF.adjust_hue, hues)):
+        want = torch.stack([theirs(x[i], f[i].item()) for i in range(6)])
+        torch.testing.assert_close(ours(x, f), want, rtol=0, atol=2e-6, msg=ours.__name__)
+    torch.testing.assert_close(grey(x), TF.rgb_to_grayscale(x), rtol=0, atol=1e-6)
+    sigma = torch.rand(6, generator=g) * 1.9 + 0.1
+    want = torch.stack([TF.gaussian_blur(x[i], [5, 5], [sigma[i].item()] * 2) for i in range(6)])
+    torch.testing.assert_close(gaussian_blur(x, 5, sigma), want, rtol=0, atol=1e-5)
+
+
+def test_jitter_order_is_random_per_sample():
+    # Brightness then contrast differs from contrast then brightness once values clip; with only these
+    # two on, a batch of one repeated image must show both orders, as torchvision's random order.
+    torch.manual_seed(0)
+    view = ContrastiveView(size=8, scale=(1.0, 1.0), jitter=(0.9, 0.9, 0.0, 0.0), jitter_p=1.0, grayscale_p=0.0,
+                           flip=False)
+    dv = DeviceView(view)
+    x = _rate_images(1).expand(2000, -1, -1, -1).float() / 255
+    torch.manual_seed(3)
+    y = dv.colour(x)
+    torch.manual_seed(3)
+    n = x.shape[0]
+    torch.rand(n)  # the jitter_p draw
+    order = torch.rand(n, 4).argsort(1)
+    b = 0.1 + 1.8 * torch.rand(n)
+    c = 0.1 + 1.8 * torch.rand(n)
+    bc = adjust_contrast(adjust_brightness(x, b), c)
+    cb = adjust_brightness(adjust_contrast(x, c), b)
+    first_b = (order == 0).int().argmax(1) < (order == 1).int().argmax(1)
+    torch.testing.assert_close(y, torch.where(first_b.view(-1, 1, 1, 1), bc, cb))
+    assert 0.4 < first_b.float().mean() < 0.6 and (bc - cb).abs().amax() > 0.05
 
 
 def _rate_images(n, seed=0):
@@ -96,10 +155,9 @@ def test_views_shape_dtype_range_and_parameters():
     simclr = SimCLRView(size=96)
     dv = DeviceView(simclr)
     assert dv.size == (96, 96) and dv.scale == (0.08, 1.0)
-    jitter, grey, blur, flip = dv.colour
-    assert (jitter.p, grey.p, blur.p, flip.p) == (0.8, 0.2, 0.5, 0.5)
-    assert jitter.brightness == pytest.approx(0.8) and jitter.hue == pytest.approx(0.2)
-    assert tuple(blur.flags['kernel_size']) == (9, 9)  # ~10% of 96, odd, as the CPU view
+    assert (dv.jitter_p, dv.grayscale_p, dv.blur_p, dv.flip) == (0.8, 0.2, 0.5, True)
+    assert dv.jitter[0][1] == pytest.approx((0.2, 1.8)) and dv.jitter[3][1] == pytest.approx((-0.2, 0.2))
+    assert dv.blur_kernel == 9  # ~10% of 96, odd, as the CPU view
     views = DeviceViews(dict(type='MultiView', num_views=3, transforms=dict(type='MoCoV2View', size=28)))
     grey_batch = torch.randint(0, 256, (5, 1, 28, 28), dtype=torch.uint8)
     out = views(grey_batch)
@@ -108,7 +166,7 @@ def test_views_shape_dtype_range_and_parameters():
         assert v.shape == (5, 3, 28, 28) and v.dtype == torch.float32
         assert v.min() >= 0 and v.max() <= 1
     assert not torch.equal(out[0], out[1])  # independent draws per view
-    assert len(DeviceView(MoCoV2View(size=28)).colour) == 3  # small images: no blur, as on the CPU
+    assert DeviceView(MoCoV2View(size=28)).blur_p == 0  # small images: no blur, as on the CPU
     with pytest.raises(ValueError, match="augment_on='cpu'"):
         DeviceViews(dict(type='EvalView', size=16))
 
@@ -205,3 +263,49 @@ def test_throughput_benchmark_configs(tmp_path):
     rows = [dict(data='digits', augment_on=a, ms_per_iter=t, images_per_s=64000 / t, data_share=0.5)
             for a, t in (('cpu', 200.0), ('device', 100.0))]
     assert '| digits | device | 100.0 | 640 | 50% | 2.00x |' in bench.markdown_table(rows)
+
+
+def test_views_repeat_under_the_same_seed():
+    """The views draw only from torch's generator of the images' device: re-seeding (ReseedHook) repeats them."""
+    views = DeviceViews(dict(type='MultiView', num_views=2, transforms=dict(type='SimCLRView', size=16, blur_p=0.5)))
+    batch = torch.randint(0, 256, (6, 3, 20, 24), dtype=torch.uint8)
+    files = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in ((20, 24), (31, 17), (16, 40))]
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        runs.append(views(batch) + views(files))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    torch.manual_seed(6)
+    assert not torch.equal(views(batch)[0], runs[0][0])
+
+
+def test_images_of_different_sizes_keep_their_order_across_chunks(monkeypatch):
+    from ifnd.datasets import device_augment
+    monkeypatch.setattr(device_augment, 'PADDED_BATCH_BYTES', 3 * 40 * 40 * 4 * 2)  # a few images per chunk
+    view = ContrastiveView(size=8, jitter_p=0.0, grayscale_p=0.0, flip=False)
+    sizes = [(40, 30), (12, 20), (33, 33), (9, 15), (40, 40), (20, 12), (16, 16)]
+    images = [torch.full((3, h, w), 30 * i, dtype=torch.uint8) for i, (h, w) in enumerate(sizes)]
+    assert len(device_augment._padded_chunks(images)) > 1
+    out = DeviceView(view).from_list(images)
+    assert out.shape == (len(sizes), 3, 8, 8)
+    for i, v in enumerate(out):  # each crop of a flat image is its colour, also at the padded edges
+        torch.testing.assert_close(v, torch.full_like(v, 30 * i / 255), rtol=0, atol=1e-6)
+
+
+def test_full_jitter_equals_the_four_adjustments_in_each_samples_order():
+    view = ContrastiveView(size=8, scale=(1.0, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=1.0, grayscale_p=0.0,
+                           flip=False)
+    x = _rate_images(64).float() / 255
+    torch.manual_seed(4)
+    y = DeviceView(view).colour(x)
+    torch.manual_seed(4)
+    n = x.shape[0]
+    torch.rand(n)  # the jitter_p draw
+    order = torch.rand(n, 4).argsort(1)
+    factors = [0.6 + 0.8 * torch.rand(n) for _ in range(3)] + [-0.1 + 0.2 * torch.rand(n)]
+    steps = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
+    for i in range(n):
+        want = x[i:i + 1]
+        for j in order[i].tolist():
+            want = steps[j](want, factors[j][i:i + 1])
+        torch.testing.assert_close(y[i:i + 1], want, rtol=0, atol=1e-5)

@@ -8,6 +8,7 @@ from helpers import TINY_BACKBONE, TINY_NECK
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ifnd.engine import cli
 from ifnd.registry import MODELS
@@ -267,3 +268,77 @@ def test_step_cost_benchmark_speed_options_and_encoder_row(capsys):
         assert v['x_encoder'] == pytest.approx(v['median_ms'] / encoder)
     with pytest.raises(SystemExit, match='--amp needs a CUDA device'):
         bench.main(['--amp', '--device', 'cpu', '--pairs', 'simclr', '--num-samples', '64'])
+
+
+# Ops that read a device value on the host (each waits for the device): .item() / bool() / int()
+# and friends end in _local_scalar_dense; nonzero(), masked_select and boolean-mask indexing need the
+# count of True values for their output size.
+SYNC_OPS = ('aten::_local_scalar_dense', 'aten::nonzero', 'aten::is_nonzero', 'aten::item', 'aten::equal',
+            'aten::masked_select', 'aten::unique_consecutive', 'aten::_unique2')
+MASK_INDEX_OPS = ('aten::index', 'aten::index_put', 'aten::index_put_', 'aten::_index_put_impl_')
+
+
+class _RefuseSyncOps(TorchDispatchMode):
+    """Raise on every host-sync op dispatched (forward, autograd's backward and optimiser alike)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in SYNC_OPS or (name in MASK_INDEX_OPS and any(
+                isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1] if i is not None)):
+            raise AssertionError(f'{name} (a host sync) dispatched in the training step')
+        return func(*args, **(kwargs or {}))
+
+
+def _device_view_batch(kind, view, root):
+    from ifnd.datasets import Digits, ImageFolder
+    from ifnd.datasets.datasets import batch_collate
+    pipeline = dict(type='MultiView', num_views=2, transforms=view)
+    if kind == 'digits':
+        ds = Digits(split='train', pipeline=pipeline, augment_on='device')
+        indices = torch.randperm(40)[:8].tolist()
+    else:
+        import numpy as np
+        from PIL import Image
+        rng = np.random.default_rng(0)
+        for i, (h, w) in enumerate([(20, 30), (24, 24), (31, 17), (18, 26), (40, 36), (22, 22)]):
+            (root / f'c{i % 2}').mkdir(exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(root / f'c{i % 2}' / f'{i}.jpg')
+        ds = ImageFolder(str(root), pipeline=pipeline, augment_on='device')
+        indices = list(range(len(ds)))
+    return batch_collate(ds.__getitems__(indices))
+
+
+@pytest.mark.parametrize('view', [dict(type='MoCoV2View', size=16),
+                                  dict(type='SimCLRView', size=16, blur_p=0.5)], ids=['mocov2', 'simclr_blur'])
+@pytest.mark.parametrize('kind', ['digits', 'jpeg'])
+@pytest.mark.parametrize('cfg', [dict(type='IFND', loss_mode='elim'),
+                                 dict(type='IFNDMoCo', queue_len=32, bn_splits=2)], ids=['IFND', 'IFNDMoCo'])
+def test_device_view_train_step_makes_no_host_sync(cfg, kind, view, tmp_path):
+    """A whole train_step: the preprocessor makes the views (JPEGs decoded), forward, backward, SGD step."""
+    torch.manual_seed(0)
+    preprocessor = dict(type='ContrastiveDataPreprocessor', mean=(0.5,) * 3, std=(0.25,) * 3)
+    model = _filled(MODELS.build(dict(cfg, backbone=TINY_BACKBONE, neck=TINY_NECK, data_preprocessor=preprocessor)))
+    wrapper = build_optim_wrapper(model, _schedule('sgd_coslr_200e.py').optim_wrapper)
+    batch = _device_view_batch(kind, view, tmp_path)
+    assert 'augment' in batch  # the views are made in the step, not by the loader
+    before = model.backbone.model.conv1.weight.detach().clone()
+    with _host_sync_forbidden(), _RefuseSyncOps():
+        log = model.train_step(batch, wrapper)
+    assert torch.isfinite(log['loss']) and not torch.equal(before, model.backbone.model.conv1.weight)
+    if torch.cuda.is_available():  # the real check, where a GPU is present (JPEGs decoded by nvJPEG)
+        model.cuda()
+        wrapper = build_optim_wrapper(model, _schedule('sgd_coslr_200e.py').optim_wrapper)
+        model.train_step(batch, wrapper)  # first-use set-up (cuDNN, allocator) may sync once
+        torch.cuda.set_sync_debug_mode('error')
+        try:
+            log = model.train_step(batch, wrapper)
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+        assert torch.isfinite(log['loss'])
+
+
+def test_sync_refusal_catches_the_ops_it_names():
+    x = torch.tensor([1.0, 0.0])
+    for op in (lambda: bool(x[0]), lambda: x.nonzero(), lambda: x[x > 0], lambda: torch.equal(x, x)):
+        with pytest.raises(AssertionError, match='host sync'), _RefuseSyncOps():
+            op()

@@ -15,7 +15,8 @@ class ContrastiveDataPreprocessor(BaseDataPreprocessor):
     Normalising on the device keeps the loader's work (and host-to-device traffic) small. A batch
     from a data set with ``augment_on='device'`` carries raw images (uint8 ``[B, C, H, W]``, or
     encoded files with their ``'path'``) and its view pipeline under ``'augment'``: files are
-    decoded here (``decode_jpeg`` on the device) and the views made by kornia, per sample.
+    decoded here (``decode_jpeg`` on the device) and the views made in batches, drawn per sample on the
+    device without host syncs (:mod:`ifnd.datasets.device_augment`).
     """
 
     def __init__(self, mean: Sequence[float] = (0.485, 0.456, 0.406),

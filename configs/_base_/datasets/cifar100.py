@@ -14,7 +14,7 @@ train_dataloader = dict(
     collate_fn=dict(type='ifnd.batch_collate'),  # default_collate, or a whole batch from __getitems__
     dataset=dict(type='CIFAR100', data_root=data_root, split='train',
                  pipeline=dict(type='MultiView', num_views=2, transforms=view),
-                 augment_on='cpu'),  # 'device': views made by kornia in the data preprocessor
+                 augment_on='cpu'),  # 'device': views made in batches in the data preprocessor
 )
 val_dataset = dict(type='CIFAR100', data_root=data_root, split='test', pipeline=eval_pipeline)
 
