@@ -34,8 +34,8 @@ class PseudoLabelBank(nn.Module):
         # the training step reads them without a device sync.
         self.any_accepted = False
         self.cluster_counts: list[int] = []
-        # Bumped whenever the labels change, so copies of them (MoCo's queue labels) know, host-side,
-        # when to refresh.
+        # Bumped whenever the labels change, so copies of them (MoCo's queue labels) know,
+        # host-side, when to refresh.
         self.version = 0
 
     def _refresh_host_state(self) -> None:

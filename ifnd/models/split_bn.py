@@ -83,7 +83,7 @@ class SplitBatchNorm(nn.BatchNorm1d):
 
 
 def convert_split_batchnorm(module: nn.Module) -> nn.Module:
-    """``module`` with every plain ``nn.BatchNorm{1,2,3}d`` replaced by a :class:`SplitBatchNorm`."""
+    """``module`` with each plain ``nn.BatchNorm{1,2,3}d`` replaced by a :class:`SplitBatchNorm`."""
     if type(module) in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):
         converted = SplitBatchNorm(module.num_features, module.eps, module.momentum,
                                    module.affine, module.track_running_stats,
