@@ -119,7 +119,9 @@ def contrastive_loss_from_candidates(anchors: Tensor,
     [C]) are pseudo labels; ``None`` means instance labels, where every mode reduces to ``'inst'``.
     A distributed caller passes its local views as anchors and the gathered views of all ranks as
     candidates. ``instance_if_unaccepted``: when no candidate label is accepted (all negative),
-    return exactly the 'inst' loss, chosen on the device without a host sync.
+    return exactly the 'inst' loss, chosen on the device without a host sync. This relies on the
+    module's rule that an unaccepted label matches no other sample (only the anchor's own views):
+    then every level equals 'inst' bit for bit and level 0 is returned.
     """
     _check_mode(mode)
     if anchors.ndim != 2 or candidates.ndim != 2:
