@@ -135,3 +135,136 @@ def test_issue_command_builds_the_imagenet_moco_without_imports():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ['MoCoV2', '65536']
+
+
+def _double_moco(**kw):
+    model = _moco(**kw).double()
+    model.train()
+    return model
+
+
+@pytest.mark.parametrize('batch,bn_splits', [(16, 4), (16, 8), (12, 8)])
+def test_split_batchnorm_key_encoder_equals_the_chunked_forwards(batch, bn_splits):
+    import copy
+    model = _double_moco(bn_splits=bn_splits)
+    ref = copy.deepcopy(model)
+    for m in (model, ref):  # the float64 embeddings themselves (_key_embed casts to float32)
+        m._key_embed = lambda x, m=m: m.momentum_neck(m.momentum_backbone(x))
+    x = torch.rand(batch, 3, 16, 16, dtype=torch.float64)
+    for _ in range(2):  # twice: the running statistics compound
+        torch.manual_seed(3)
+        keys = model._shuffled_keys(x)
+        # The former path: one forward per chunk of the shuffled batch, plain BN in each.
+        torch.manual_seed(3)
+        perm = torch.randperm(batch)
+        splits = min(bn_splits, batch // 2)
+        with torch.no_grad():
+            expected = torch.cat([ref._key_embed(c) for c in x[perm].chunk(splits)])
+        torch.testing.assert_close(keys, expected[torch.argsort(perm)], rtol=0, atol=1e-10)
+    for (name, got), want in zip(model.state_dict().items(), ref.state_dict().values()):
+        if name.startswith('momentum_'):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-10, msg=name)
+    # The key encoder keeps BatchNorm's state-dict keys; the query encoder keeps plain BN.
+    state = model.state_dict()
+    keys_q = {k.split('.', 1)[1] for k in state if k.startswith(('backbone.', 'neck.'))}
+    keys_k = {k.split('.', 1)[1] for k in state if k.startswith('momentum_')}
+    assert keys_q == keys_k
+    norms = [m for m in model.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms and all(type(m) is torch.nn.BatchNorm2d for m in norms)
+
+
+@pytest.mark.parametrize('momentum', [None, 0.3])
+def test_split_batchnorm_layer_equals_sequential_batchnorm(momentum):
+    from ifnd.models.split_bn import SplitBatchNorm, split_batchnorm
+    torch.manual_seed(0)
+    plain = torch.nn.BatchNorm2d(5, momentum=momentum).double()
+    split = SplitBatchNorm(5, momentum=momentum).double()
+    with torch.no_grad():
+        plain.weight.uniform_(), plain.bias.uniform_()
+    split.load_state_dict(plain.state_dict())
+    x = torch.randn(12, 5, 4, 4, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    with split_batchnorm(split, 3):
+        out = split(x)
+    expected = torch.cat([plain(x[g::3]) for g in range(3)])  # group g: rows i with i % 3 == g
+    torch.testing.assert_close(out[torch.cat([torch.arange(g, 12, 3) for g in range(3)])],
+                               expected, rtol=0, atol=1e-10)
+    for name, buf in plain.state_dict().items():
+        torch.testing.assert_close(split.state_dict()[name], buf, rtol=0, atol=1e-10)
+    assert split.num_splits == 1
+
+
+def _former_moco_loss(model, inputs, samples):
+    """The former loss: the queue cloned and its labels gathered from the bank every step."""
+    from ifnd.models.losses import queue_contrastive_loss
+    q = model.embed(inputs[0])
+    model._momentum_update()
+    k = model._shuffled_keys(inputs[1])
+    labels = model.batch_labels(samples)
+    masked = model.labels_can_match()
+    loss = queue_contrastive_loss(q, k, model.queue.clone(), labels if masked else None,
+                                  model.queue_labels() if masked else None,
+                                  model.temperature, model.loss_mode)
+    model._enqueue(k, samples['index'])
+    return loss
+
+
+def test_queue_labels_follow_the_bank_and_the_loss_equals_the_per_step_gather():
+    import copy
+    model = _moco()
+    model.label_bank.reset(2, 30)
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(0)
+    for step in range(6):
+        if step in (1, 4):  # a clustering round: new labels, old queue entries relabelled
+            labels = torch.randint(0, 3, (2, 30), generator=g)
+            labels = torch.where(torch.rand(2, 30, generator=g) < 0.6, labels,
+                                 -(torch.arange(30) + 1))
+            model.label_bank.update(labels)
+            ref.label_bank.update(labels)
+        if step == 3:  # a resume: the labels beside the queue are rebuilt from the loaded state
+            model.load_state_dict(copy.deepcopy(model.state_dict()))
+        inputs = [torch.rand(4, 3, 16, 16, generator=g) for _ in range(2)]
+        samples = {'index': torch.randperm(30, generator=g)[:4]}
+        seed = int(torch.randint(0, 1000, (1,), generator=g))
+        torch.manual_seed(seed)
+        loss = model.loss(inputs, samples)['loss']
+        torch.manual_seed(seed)
+        expected = _former_moco_loss(ref, inputs, samples)
+        assert torch.equal(loss, expected), step
+        assert torch.equal(model.cached_queue_labels(), model.queue_labels())
+    assert torch.equal(model.queue_index, ref.queue_index)
+
+
+def test_moco_loss_uses_the_queue_uncopied_with_exact_gradients(monkeypatch):
+    import copy
+    model = _moco()
+    model.label_bank.reset(2, 30)
+    model.label_bank.update(torch.arange(60).view(2, 30) % 4)
+    model.queue_index.copy_(torch.arange(10) % 30)
+    ref = copy.deepcopy(model)
+    inputs = [torch.rand(4, 3, 16, 16) for _ in range(2)]
+    samples = {'index': torch.tensor([3, 7, 11, 20])}
+    queue_shape = model.queue.shape
+    real_clone = torch.Tensor.clone
+
+    def clone(self, *args, **kwargs):
+        assert self.shape != queue_shape, 'the queue was copied'
+        return real_clone(self, *args, **kwargs)
+
+    torch.manual_seed(5)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.Tensor, 'clone', clone)
+        loss = model.loss(inputs, samples)['loss']
+        loss.backward()
+    torch.manual_seed(5)
+    expected = _former_moco_loss(ref, inputs, samples)
+    expected.backward()
+    assert torch.equal(loss, expected)
+    for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+    # A second write into the queue before the backward would make the saved rows wrong: refused.
+    loss = model.loss(inputs, samples)['loss']
+    model._enqueue(torch.nn.functional.normalize(torch.rand(4, 32), dim=1), samples['index'])
+    with pytest.raises(RuntimeError, match='modified 2 times'):
+        loss.backward()

@@ -11,6 +11,7 @@ from torch import nn
 
 from ifnd.dist import gather_no_grad, gather_with_grad
 from ifnd.models.losses import contrastive_loss_from_candidates, proto_nce_loss, queue_contrastive_loss
+from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS
 
 LABEL_SOURCES = ('none', 'pseudo', 'ground_truth')
@@ -33,10 +34,14 @@ class PseudoLabelBank(nn.Module):
         # the training step reads them without a device sync.
         self.any_accepted = False
         self.cluster_counts: list[int] = []
+        # Bumped whenever the labels change, so copies of them (MoCo's queue labels) know,
+        # host-side, when to refresh.
+        self.version = 0
 
     def _refresh_host_state(self) -> None:
         self.any_accepted = bool((self.labels >= 0).any()) if self.labels.numel() else False
         self.cluster_counts = self.num_clusters.tolist()
+        self.version += 1
 
     @property
     def num_levels(self) -> int:
@@ -301,8 +306,9 @@ class MoCoV2(ContrastiveAlgorithm):
     """MoCo v2: momentum key encoder, a queue of negatives, and batch shuffling for BN.
 
     Across ranks keys are shuffled between processes as in MoCo. In one process the shuffled
-    key batch is encoded in ``bn_splits`` chunks, so each BN sees a different sub-batch and the
-    query cannot cheat through batch statistics, as with several GPUs.
+    key batch is encoded with ``bn_splits`` groups of BN statistics (the key encoder's BN layers
+    are :class:`SplitBatchNorm`, one forward pass), so each group sees a different sub-batch and
+    the query cannot cheat through batch statistics, as with several GPUs.
     """
 
     def __init__(self, backbone: dict, neck: dict, queue_len: int = 65536, momentum: float = 0.999,
@@ -313,8 +319,10 @@ class MoCoV2(ContrastiveAlgorithm):
                              'ground-truth labels')
         self.momentum = momentum
         self.bn_splits = bn_splits
-        self.momentum_backbone = copy.deepcopy(self.backbone)
-        self.momentum_neck = copy.deepcopy(self.neck)
+        # Split BN only in the key encoder: same parameters and state-dict keys, plain BN unless
+        # _shuffled_keys asks for groups.
+        self.momentum_backbone = convert_split_batchnorm(copy.deepcopy(self.backbone))
+        self.momentum_neck = convert_split_batchnorm(copy.deepcopy(self.neck))
         for param in self._key_params():
             param.requires_grad_(False)
         dim = self.neck.out_dim
@@ -322,6 +330,12 @@ class MoCoV2(ContrastiveAlgorithm):
         # Sample index of each key; -1 for the initial random rows.
         self.register_buffer('queue_index', torch.full((queue_len,), -1, dtype=torch.long))
         self.register_buffer('queue_ptr', torch.zeros((), dtype=torch.long))
+        # Labels [levels, K] of the queued keys, kept beside the queue (written at enqueue,
+        # rebuilt from the bank in one gather when the bank's version, the device or the loaded
+        # state changes), so the loss does not gather K labels every step. Not a buffer: it is
+        # derived from queue_index and the bank, so checkpoints and their keys stay as they were.
+        self._queue_labels: torch.Tensor | None = None
+        self._queue_labels_key: tuple | None = None
 
     def _key_params(self) -> list[nn.Parameter]:
         return list(self.momentum_backbone.parameters()) + list(self.momentum_neck.parameters())
@@ -365,26 +379,62 @@ class MoCoV2(ContrastiveAlgorithm):
         perm = torch.randperm(x.shape[0], device=x.device)
         # BN needs at least two samples per sub-batch.
         splits = min(self.bn_splits, max(1, x.shape[0] // 2))
-        keys = torch.cat([self._key_embed(chunk) for chunk in x[perm].chunk(splits)])
-        return keys[torch.argsort(perm)]
+        if x.shape[0] % splits:  # unequal sub-batches: one forward per chunk of x[perm]
+            keys = torch.cat([self._key_embed(chunk) for chunk in x[perm].chunk(splits)])
+            return keys[torch.argsort(perm)]
+        # One forward: row i goes to BN group i % splits, so ordering x[perm] column-wise puts
+        # chunk g of x[perm] into group g, in order: the same keys and running statistics as the
+        # chunked forwards.
+        order = perm.view(splits, -1).t().reshape(-1)
+        with split_batchnorm(self.momentum_backbone, splits), \
+                split_batchnorm(self.momentum_neck, splits):
+            keys = self._key_embed(x[order])
+        return keys[torch.argsort(order)]
+
+    def _next_slots(self, num: int) -> torch.Tensor:
+        # Queue rows the next enqueue of ``num`` keys (all ranks together) overwrites.
+        return (self.queue_ptr + torch.arange(num, device=self.queue.device)) % len(self.queue)
 
     @torch.no_grad()
     def _enqueue(self, keys: torch.Tensor, index: torch.Tensor) -> None:
         keys, index = gather_no_grad(keys), gather_no_grad(index)
-        slots = (self.queue_ptr + torch.arange(keys.shape[0], device=keys.device)) % len(self.queue)
+        slots = self._next_slots(keys.shape[0])
         self.queue[slots] = keys
         self.queue_index[slots] = index
         self.queue_ptr.copy_((self.queue_ptr + keys.shape[0]) % len(self.queue))
+        if self._queue_labels is not None and self._queue_labels_key == self._label_state():
+            self._queue_labels[:, slots] = self._labels_of(index, slots)
+
+    def _label_state(self) -> tuple:
+        return self.label_bank.version, self.queue_index.device
+
+    def _labels_of(self, index: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        # Bank labels of queue entries; entries without a sample (-1) get -(N + 1 + slot), which
+        # matches no label of the bank and no other entry.
+        bank = self.label_bank
+        valid = index >= 0
+        labels = bank.lookup(torch.where(valid, index, 0))
+        return torch.where(valid, labels, -(bank.num_samples + 1 + slots))
 
     def queue_labels(self) -> torch.Tensor | None:
         """Labels ``[levels, K]`` of the queued keys; initial rows get labels matching nothing."""
         if self.label_source != 'pseudo':
             return None
-        bank = self.label_bank
-        valid = self.queue_index >= 0
-        labels = bank.lookup(torch.where(valid, self.queue_index, 0))
-        never = -(bank.num_samples + 1 + torch.arange(len(self.queue), device=labels.device))
-        return torch.where(valid, labels, never)
+        return self._labels_of(self.queue_index,
+                               torch.arange(len(self.queue), device=self.queue_index.device))
+
+    def cached_queue_labels(self) -> torch.Tensor | None:
+        """``queue_labels()`` kept beside the queue; re-gathered only after the bank changed."""
+        if self.label_source != 'pseudo':
+            return None
+        state = self._label_state()
+        if self._queue_labels is None or self._queue_labels_key != state:
+            self._queue_labels, self._queue_labels_key = self.queue_labels(), state
+        return self._queue_labels
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._queue_labels = self._queue_labels_key = None  # a loaded queue_index: rebuild
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """InfoNCE of queries against their keys and the queue (masked by labels for IFND)."""
@@ -395,10 +445,14 @@ class MoCoV2(ContrastiveAlgorithm):
         labels = self.batch_labels(data_samples)
         # Before any label is accepted the loss is plain MoCo: no queue label lookup, no masks.
         masked = labels is not None and self.labels_can_match()
+        _, world_size = get_dist_info()
         with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
-            loss = queue_contrastive_loss(q, k, self.queue.clone(), labels if masked else None,
-                                          self.queue_labels() if masked else None,
-                                          self.temperature, self.loss_mode)
+            # The queue itself, no copy: the loss keeps the rows the enqueue below overwrites,
+            # so the backward stays exact after the in-place update.
+            loss = queue_contrastive_loss(q, k, self.queue, labels if masked else None,
+                                          self.cached_queue_labels() if masked else None,
+                                          self.temperature, self.loss_mode,
+                                          overwritten=self._next_slots(k.shape[0] * world_size))
         index = data_samples.get('index')
         if index is None:
             index = torch.full((k.shape[0],), -1, dtype=torch.long, device=k.device)

@@ -119,7 +119,9 @@ def contrastive_loss_from_candidates(anchors: Tensor,
     [C]) are pseudo labels; ``None`` means instance labels, where every mode reduces to ``'inst'``.
     A distributed caller passes its local views as anchors and the gathered views of all ranks as
     candidates. ``instance_if_unaccepted``: when no candidate label is accepted (all negative),
-    return exactly the 'inst' loss, chosen on the device without a host sync.
+    return exactly the 'inst' loss, chosen on the device without a host sync. This relies on the
+    module's rule that an unaccepted label matches no other sample (only the anchor's own views):
+    then every level equals 'inst' bit for bit and level 0 is returned.
     """
     _check_mode(mode)
     if anchors.ndim != 2 or candidates.ndim != 2:
@@ -151,55 +153,49 @@ def contrastive_loss_from_candidates(anchors: Tensor,
         return _label_masked_nce(logits, positive_index, excluded, None, None, 'inst')
     anchor_labels = anchor_labels.to(logits.device)
     candidate_labels = candidate_labels.to(logits.device)
-    per_anchor = _label_masked_nce(logits, positive_index, excluded, anchor_labels,
-                                   candidate_labels, mode, with_instance=instance_if_unaccepted)
-    if not instance_if_unaccepted:
-        return per_anchor
-    per_anchor, instance = per_anchor
-    # Selected on the device (no host sync); the unselected branch gets exact zero gradients.
-    return torch.where((candidate_labels >= 0).any(), per_anchor, instance)
+    return _label_masked_nce(logits, positive_index, excluded, anchor_labels, candidate_labels,
+                             mode, instance_if_unaccepted)
 
 
 def _label_masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
                       anchor_labels: Optional[Tensor], candidate_labels: Optional[Tensor],
-                      mode: str, with_instance: bool = False):
-    """Per-anchor loss ``[A]`` of ``mode`` averaged over label levels, one label mask per level.
+                      mode: str, instance_if_unaccepted: bool = False) -> Tensor:
+    """Per-anchor loss ``[A]`` of ``mode`` averaged over label levels, all levels in one pass.
 
-    Equals ``masked_info_nce`` with the masks of ``label_masks`` (the general mask form)
-    but makes one boolean and one float ``[A, C]`` temporary per level: the positive is the single
-    column ``positive_index``, the excluded columns are filled with -inf once, and the label
-    equality is fused into the logits with ``masked_fill``. With ``with_instance`` it also returns
-    the 'inst' loss, which 'attr' gets for free (same denominator).
+    Equals ``masked_info_nce`` with the masks of ``label_masks`` (the general mask form) but
+    builds the ``[L, A, C]`` same-label mask with one broadcast compare and reduces every level
+    at once: the positive is the single column ``positive_index``, the excluded columns are
+    filled with -inf once. With ``instance_if_unaccepted`` the loss is exactly 'inst' when no
+    candidate label is accepted: then every level equals the instance loss bit for bit, so level
+    0 alone is selected on the device (the mean over levels could differ in the last bit), and no
+    separate instance loss is computed.
     """
     base = logits if excluded is None else logits.masked_fill(excluded, float('-inf'))
     pos_column = positive_index.unsqueeze(1)
-    pos_logit = logits.gather(1, pos_column).squeeze(1)
-    instance = None
-    if mode in ('inst', 'attr') or with_instance:
-        log_norm = torch.logsumexp(base, dim=1)
-        instance = log_norm - pos_logit
     if anchor_labels is None or mode == 'inst':
-        loss = instance
+        return torch.logsumexp(base, dim=1) - logits.gather(1, pos_column).squeeze(1)
+    levels = anchor_labels.shape[0]
+    same = anchor_labels.unsqueeze(2) == candidate_labels.unsqueeze(1)  # [L, A, C]
+    level_pos = pos_column.unsqueeze(0).expand(levels, -1, -1)
+    if mode == 'elim':
+        # Eq. eq:elimination: label-mates leave the denominator, the own positive stays.
+        same.scatter_(2, level_pos, False)
+        per_level = torch.logsumexp(base.unsqueeze(0).masked_fill(same, float('-inf')), dim=2)
+        subtract = logits.gather(1, pos_column).squeeze(1)
     else:
-        total = logits.new_zeros(logits.shape[0])
-        for level in range(anchor_labels.shape[0]):
-            same = anchor_labels[level].unsqueeze(1) == candidate_labels[level].unsqueeze(0)
-            if mode == 'elim':
-                # Eq. eq:elimination: label-mates leave the denominator, the own positive stays.
-                same.scatter_(1, pos_column, False)
-                total = total + torch.logsumexp(base.masked_fill(same, float('-inf')), dim=1)
-            else:
-                # 'attr', Eq. eq:attraction: label-mates join the positives; S(i) is unchanged.
-                same.scatter_(1, pos_column, True)
-                if excluded is not None:
-                    same.masked_fill_(excluded, False)
-                num_pos = same.sum(dim=1).to(logits.dtype)
-                pos_sum = torch.where(same, logits, 0.0).sum(dim=1)
-                total = total + (log_norm - pos_sum / num_pos)
-        loss = total / anchor_labels.shape[0]
-        if mode == 'elim':
-            loss = loss - pos_logit
-    return (loss, instance) if with_instance else loss
+        # 'attr', Eq. eq:attraction: label-mates join the positives; S(i) is unchanged.
+        same.scatter_(2, level_pos, True)
+        if excluded is not None:
+            same.masked_fill_(excluded.unsqueeze(0), False)
+        num_pos = same.sum(dim=2).to(logits.dtype)
+        pos_sum = torch.where(same, logits.unsqueeze(0), 0.0).sum(dim=2)
+        per_level = torch.logsumexp(base, dim=1).unsqueeze(0) - pos_sum / num_pos
+        subtract = None
+    loss = per_level.mean(dim=0)
+    if instance_if_unaccepted:
+        # Selected on the device (no host sync); the unselected branch gets exact zero gradients.
+        loss = torch.where((candidate_labels >= 0).any(), loss, per_level[0])
+    return loss if subtract is None else loss - subtract
 
 
 def contrastive_loss(z1: Tensor,
@@ -234,7 +230,8 @@ def queue_contrastive_loss(q: Tensor,
                            labels: Optional[Tensor] = None,
                            queue_labels: Optional[Tensor] = None,
                            temperature: float = 0.2,
-                           mode: str = 'inst') -> Tensor:
+                           mode: str = 'inst',
+                           overwritten: Optional[Tensor] = None) -> Tensor:
     """MoCo-style loss: each query against its own key and the queue, with pseudo-label modes.
 
     ``q``, ``k`` [M, D] queries and keys (positive pairs row by row), ``queue`` [K, D] negatives.
@@ -243,6 +240,8 @@ def queue_contrastive_loss(q: Tensor,
     ``'elim'`` drops queue entries sharing the query's label from the denominator; ``'attr'`` makes
     them positives. Returns the mean over the M queries, averaged over the label levels; with
     ``'inst'`` it is MoCo's ``cross_entropy(cat([q·k, q·queueᵀ]) / τ, 0)``.
+    ``overwritten``: queue rows the caller overwrites in place (its enqueue) before the backward;
+    the queue is then used without a copy (see ``_QueueLogits``).
     """
     _check_mode(mode)
     if q.ndim != 2 or q.shape != k.shape:
@@ -262,7 +261,10 @@ def queue_contrastive_loss(q: Tensor,
                          f'{queue_labels.shape[0]}')
 
     l_pos = (q * k).sum(dim=1, keepdim=True)
-    l_neg = q @ queue.t()
+    if overwritten is None or not q.requires_grad or len(overwritten) > size:
+        l_neg = q @ queue.t()  # a wrap-around enqueue (batch > queue) would hit a row twice
+    else:
+        l_neg = _QueueLogits.apply(q, queue, overwritten)
     logits = torch.cat([l_pos, l_neg], dim=1) / temperature
     if labels is None:
         return F.cross_entropy(logits, logits.new_zeros(num, dtype=torch.long))
@@ -273,6 +275,40 @@ def queue_contrastive_loss(q: Tensor,
     column_labels = torch.cat([queue_labels[:, :1], queue_labels], dim=1)
     return _label_masked_nce(logits, logits.new_zeros(num, dtype=torch.long), None, labels,
                              column_labels, mode).mean()
+
+
+class _QueueLogits(torch.autograd.Function):
+    """``q @ queue.T`` whose backward survives one in-place write of the rows ``slots``.
+
+    MoCo enqueues its keys into the queue in place right after the loss and before the backward.
+    Saving the queue for the backward the usual way would make that write an autograd error, and
+    copying the whole queue [K, D] every step to avoid it costs more than the step's own key rows.
+    Instead the rows about to be overwritten ([B, D]) are kept, and the backward uses
+    ``grad @ queue_now + grad[:, slots] @ (old_rows - queue_now[slots])``, which is
+    ``grad @ queue_at_forward`` whether the write happened or not. Any other in-place change of the
+    queue between forward and backward (seen through its version counter) is refused, as autograd
+    would. No gradient flows into the queue (it is a buffer).
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, queue: Tensor, slots: Tensor) -> Tensor:
+        ctx.queue, ctx.version = queue, queue._version  # not saved: its write is allowed
+        ctx.save_for_backward(slots, queue[slots])
+        return q @ queue.t()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        slots, old_rows = ctx.saved_tensors
+        queue = ctx.queue
+        writes = queue._version - ctx.version
+        if writes not in (0, 1):
+            raise RuntimeError(f'the MoCo queue was modified {writes} times in place between the '
+                               'loss and its backward; only the one enqueue of the step is allowed')
+        grad_q = grad @ queue
+        if writes:
+            grad_q = grad_q + grad[:, slots] @ (old_rows - queue[slots])
+        return grad_q, None, None
 
 
 def proto_nce_loss(z: Tensor, centroids: Sequence[Tensor], assignments: Tensor,
