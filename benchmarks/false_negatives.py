@@ -891,6 +891,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.preset == 'gpu' and device.startswith('CPU') and not args.dry_run:
         print('warning: the gpu preset on a CPU takes days; use --preset cpu', file=sys.stderr)
     print(f'Training device: {device}')
+    from ifnd.engine.cli import json_safe
     plans = make_plans(args)
     env = f'OMP_NUM_THREADS={args.threads} ' if args.threads is not None else ''
     for plan in plans:
@@ -919,22 +920,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         folder = osp.dirname(osp.abspath(args.out))
         os.makedirs(folder, exist_ok=True)
         with open(args.out, 'w') as f:
-            json.dump(json_ready(result), f, indent=1, allow_nan=False)
+            json.dump(json_safe(result), f, indent=1, allow_nan=False)
         print(f'\nWrote {args.out}')
     if args.plot:
         plot(result, args.plot)
     return result
-
-
-def json_ready(value):
-    """``value`` with tuples as lists and non-finite floats as None (strict JSON has neither)."""
-    if isinstance(value, dict):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 if __name__ == '__main__':

@@ -262,7 +262,8 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
     result = bench.main(argv)
     with open(tmp_path / 'fn.json') as f:
         saved = json.load(f)  # strict JSON: no NaN or Infinity
-    assert saved['summary'] == json.loads(json.dumps(bench.json_ready(result['summary'])))
+    from ifnd.engine.cli import json_safe
+    assert saved['summary'] == json.loads(json.dumps(json_safe(result['summary'])))
     assert osp.getsize(tmp_path / 'fn.png') > 10_000
     runs = {(r['method'], r['seed']): r for r in result['runs']}
     assert len(runs) == 6

@@ -7,12 +7,14 @@ import difflib
 import glob
 import inspect
 import json
+import math
 import os
 import os.path as osp
 import types
 import typing
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import Registry
@@ -35,6 +37,19 @@ def write_json(result: dict | list, path: str, indent: int | None = 2) -> None:
     """Write results as JSON atomically (the folder is created), and say where."""
     AtomicLocalBackend().put_text(json.dumps(result, indent=indent), path)
     print(f'Results written to {path}')
+
+
+def json_safe(value: object) -> object:
+    """``value`` with every non-finite float (NaN, inf) replaced by None, so it is strict JSON."""
+    if isinstance(value, dict):
+        return {key: json_safe(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
 
 
 def amp_options(dtype: str | None = None) -> dict:

@@ -1,7 +1,6 @@
 """Incremental false negative detection: periodic clustering into the model's label bank."""
 import io
 import json
-import math
 import os
 import time
 
@@ -14,6 +13,7 @@ from ifnd.clustering import (accept_labels, acceptance_rate, cluster_confidence,
                              kmeans_options, multi_level_kmeans, pcl_concentration,
                              resolve_backend)
 from ifnd.engine.checkpoint import AtomicLocalBackend
+from ifnd.engine.cli import json_safe
 from ifnd.engine.features import (build_eval_dataset, extract_features, gather_shards, shard_index,
                                   unwrap_model)
 from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
@@ -23,19 +23,6 @@ CONFIDENCES = ('kappa', 'pcl')
 # kmeans() options PseudoLabelHook sets itself: the per-round seed (from its own ``seed``), the
 # model's device and each process's shard.
 _HOOK_SET_KMEANS_OPTIONS = ('seed', 'device', 'sample_index')
-
-
-def json_safe(value):
-    """``value`` with every non-finite float (NaN, inf) replaced by None, so it is strict JSON."""
-    if isinstance(value, dict):
-        return {key: json_safe(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 @HOOKS.register_module()
