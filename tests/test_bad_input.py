@@ -3,6 +3,7 @@ import importlib.util
 import json
 import os
 import os.path as osp
+import time
 
 import numpy as np
 import pytest
@@ -338,6 +339,12 @@ def _rounds_json(run) -> list:
     return json.loads((run / 'pseudo_labels' / 'rounds.json').read_text(), parse_constant=refuse)
 
 
+def _next_second() -> None:
+    """Wait for the next second: mmengine names a run's logger and log folder by the second it
+    starts, so a second run started in the same second by the same process would log nowhere new."""
+    time.sleep(1.01 - time.time() % 1)
+
+
 def test_rounds_json_is_strict_json_and_survives_corruption(tmp_path, caplog):
     path = _ifnd_config_file(tmp_path, max_epochs=2)
     run = tmp_path / 'run'
@@ -348,6 +355,7 @@ def test_rounds_json_is_strict_json_and_survives_corruption(tmp_path, caplog):
     summary.write_text(summary.read_text()[:40])  # a run killed mid-write by another tool, a full disk
     leftover = run / 'pseudo_labels' / '.tmp_abc_epoch_0001.npz'  # a run killed while writing labels
     leftover.write_bytes(b'half')
+    _next_second()
     train_tool.main([path, '--resume'])
     assert not leftover.exists()
     assert (run / 'epoch_2.pth').is_file(), 'the epoch and its checkpoint are not lost'
@@ -361,6 +369,7 @@ def test_resume_with_other_cluster_numbers_clusters_again(tmp_path):
     path = _ifnd_config_file(tmp_path, max_epochs=2)
     run = tmp_path / 'run'
     train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1'])
+    _next_second()
     train_tool.main([path, '--resume', '--cfg-options', 'custom_hooks.0.num_clusters=[12]'])
     log = ''.join(p.read_text() for p in run.glob('*/*.log'))
     assert "pseudo labels (k=[10], 136 samples) do not match this run (num_clusters=[12]" in log
