@@ -547,6 +547,13 @@ def training_device() -> str:
     return f'CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores'
 
 
+def save_json(value, path: str) -> None:
+    """Write strict JSON atomically (temp file, fsync, rename), as checkpoints are written."""
+    from ifnd.engine import AtomicLocalBackend
+    from ifnd.engine.cli import json_safe
+    AtomicLocalBackend().put_text(json.dumps(json_safe(value), indent=1, allow_nan=False), path)
+
+
 def _run(cmd: list[str], log_path: str, args: argparse.Namespace, what: str) -> float:
     """Run one command (output to ``log_path`` unless --verbose); returns its wall-clock seconds."""
     env = dict(os.environ)
@@ -593,9 +600,7 @@ def run_plan(plan: dict, args: argparse.Namespace) -> dict:
                               f'{what} linear probe')
     record = {'commands': commands, 'seconds': seconds, 'linear_seconds': linear_seconds,
               'finished': time.strftime('%Y-%m-%d %H:%M:%S')}
-    with open(record_path + '.tmp', 'w') as f:
-        json.dump(record, f, indent=1)
-    os.replace(record_path + '.tmp', record_path)
+    save_json(record, record_path)
     print(f'{what}: finished in {seconds:.0f} s'
           + (f' + linear probe {linear_seconds:.0f} s' if linear_seconds else ''), flush=True)
     return record
@@ -891,7 +896,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.preset == 'gpu' and device.startswith('CPU') and not args.dry_run:
         print('warning: the gpu preset on a CPU takes days; use --preset cpu', file=sys.stderr)
     print(f'Training device: {device}')
-    from ifnd.engine.cli import json_safe
     plans = make_plans(args)
     env = f'OMP_NUM_THREADS={args.threads} ' if args.threads is not None else ''
     for plan in plans:
@@ -917,10 +921,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print()
     print(markdown_tables(result), flush=True)
     if args.out:
-        folder = osp.dirname(osp.abspath(args.out))
-        os.makedirs(folder, exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(json_safe(result), f, indent=1, allow_nan=False)
+        save_json(result, args.out)
         print(f'\nWrote {args.out}')
     if args.plot:
         plot(result, args.plot)
