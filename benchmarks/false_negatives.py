@@ -1,15 +1,19 @@
 """False-negative methods under one recipe and several seeds: top-1 with error bars.
 
 Trains SimCLR (instance discrimination), IFND (pseudo labels, elimination), SupCon (attraction
-with ground truth) and the elimination oracle (Eq. 3 with ground truth) with ``tools/train.py``,
-one subprocess per method and seed, the same budget through ``--cfg-options``. After each
-pre-training run a linear probe (the linear protocol, frozen backbone, through ``tools/train.py``)
-is trained on the same images. The tables give, per method, mean +- sd over seeds of the final
-weighted-kNN and linear top-1; the per-seed paired difference IFND - SimCLR with its mean and a
-95 % t-interval; and the share of the SimCLR -> SupCon gap that IFND and the oracle close, with
-Fieller's 95 % interval for a ratio of paired means. IFND's MTPR / MTNR (Sec. 4.4) and acceptance
-rate per clustering round come from its ``pseudo_labels/rounds.json``. A picture shows kNN top-1
-over epochs (mean line, sd band) and IFND's rounds.
+with ground truth), the elimination oracle (Eq. 3 with ground truth), debiased contrastive
+learning (Chuang et al., 2020), hard negative sampling (Robinson et al., 2021) and false negative
+cancellation (FNC, Huynh et al., 2022; elimination and attraction) with ``tools/train.py``, one
+subprocess per method and seed, the same budget through ``--cfg-options``; ``--methods`` picks
+any subset. After each pre-training run a linear probe (the linear protocol, frozen backbone,
+through ``tools/train.py``) is trained on the same images. The tables give, per method, mean +- sd
+over seeds of the final weighted-kNN and linear top-1; the per-seed paired difference to SimCLR
+with its mean and a 95 % t-interval; and the share of the SimCLR -> SupCon gap each method
+closes, with Fieller's 95 % interval for a ratio of paired means. IFND's MTPR / MTNR (Sec. 4.4)
+and acceptance rate per clustering round come from its ``pseudo_labels/rounds.json``; the
+precision and recall of the negatives IFND and FNC flag, per epoch in the batches trained on,
+from the runs' logged ``fn_precision`` / ``fn_recall``. A picture shows kNN top-1 over epochs
+(mean line, sd band), IFND's rounds and the flagging methods' precision and recall.
 
 ``--eval-split val`` holds a class-balanced part of the training split out of training and
 evaluates on it: hyper-parameters are chosen that way, never on the test split. ``test`` (the
@@ -17,7 +21,7 @@ default) trains on the training split and evaluates on the test split.
 
 Presets:
 
-* ``cpu``: three seeds of the four methods on a 2-core CPU in about an hour (10 % of
+* ``cpu``: three seeds of every method on a 2-core CPU in about three hours (10 % of
   Fashion-MNIST, a half-width ResNet-18, 30 epochs; the hyper-parameters chosen on the val split
   as README's "Does it work?" section says).
 * ``gpu``: the configs' own settings (full data, 200 epochs, batch 256, clustering every 5
@@ -52,35 +56,49 @@ import numpy as np
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
-# Configs sharing one recipe per data set: instance baseline, IFND and the two oracles.
+# Configs sharing one recipe per data set: instance baseline, IFND, the two oracles and the other
+# false-negative methods.
 DATASETS = {
     'fmnist': {
         'simclr': 'configs/simclr/simclr_r18_200e_fmnist.py',
         'ifnd': 'configs/ifnd/ifnd_r18_200e_fmnist.py',
         'supcon': 'configs/ifnd/supcon_r18_200e_fmnist.py',
         'oracle_elim': 'configs/ifnd/oracle_elim_r18_200e_fmnist.py',
+        'debiased': 'configs/debiased/debiased_r18_200e_fmnist.py',
+        'hard_negative': 'configs/hard_negative/hard_negative_r18_200e_fmnist.py',
+        'fnc_elim': 'configs/fnc/fnc_elim_r18_200e_fmnist.py',
+        'fnc_attr': 'configs/fnc/fnc_attr_r18_200e_fmnist.py',
         'linear': 'configs/benchmarks/linear/linear_r18_100e_fmnist.py',
     },
-    'cifar10': {
-        'simclr': 'configs/simclr/simclr_r50_1000e_cifar10.py',
-        'ifnd': 'configs/ifnd/ifnd_r50_1000e_cifar10.py',
-        'supcon': 'configs/ifnd/supcon_r50_1000e_cifar10.py',
-        'oracle_elim': 'configs/ifnd/oracle_elim_r50_1000e_cifar10.py',
-        'linear': 'configs/benchmarks/linear/linear_r50_100e_cifar10.py',
-    },
-    'cifar100': {
-        'simclr': 'configs/simclr/simclr_r50_1000e_cifar100.py',
-        'ifnd': 'configs/ifnd/ifnd_r50_1000e_cifar100.py',
-        'supcon': 'configs/ifnd/supcon_r50_1000e_cifar100.py',
-        'oracle_elim': 'configs/ifnd/oracle_elim_r50_1000e_cifar100.py',
-        'linear': 'configs/benchmarks/linear/linear_r50_100e_cifar100.py',
-    },
+    **{name: {
+        'simclr': f'configs/simclr/simclr_r50_1000e_{name}.py',
+        'ifnd': f'configs/ifnd/ifnd_r50_1000e_{name}.py',
+        'supcon': f'configs/ifnd/supcon_r50_1000e_{name}.py',
+        'oracle_elim': f'configs/ifnd/oracle_elim_r50_1000e_{name}.py',
+        'debiased': f'configs/debiased/debiased_r50_1000e_{name}.py',
+        'hard_negative': f'configs/hard_negative/hard_negative_r50_1000e_{name}.py',
+        'fnc_elim': f'configs/fnc/fnc_elim_r50_1000e_{name}.py',
+        'fnc_attr': f'configs/fnc/fnc_attr_r50_1000e_{name}.py',
+        'linear': f'configs/benchmarks/linear/linear_r50_100e_{name}.py',
+    } for name in ('cifar10', 'cifar100')},
 }
-METHODS = ('simclr', 'ifnd', 'supcon', 'oracle_elim')
-TITLES = {'simclr': 'SimCLR', 'ifnd': 'IFND', 'supcon': 'SupCon', 'oracle_elim': 'Oracle-elim'}
+METHODS = ('simclr', 'ifnd', 'supcon', 'oracle_elim', 'debiased', 'hard_negative', 'fnc_elim',
+           'fnc_attr')
+TITLES = {'simclr': 'SimCLR', 'ifnd': 'IFND', 'supcon': 'SupCon', 'oracle_elim': 'Oracle-elim',
+          'debiased': 'Debiased', 'hard_negative': 'Hard negatives', 'fnc_elim': 'FNC-elim',
+          'fnc_attr': 'FNC-attr'}
 LABELS = {'simclr': 'instance labels', 'ifnd': 'pseudo labels (k-means)',
-          'supcon': 'ground truth, attraction', 'oracle_elim': 'ground truth, elimination'}
-CLOSERS = ('ifnd', 'oracle_elim')  # methods whose share of the SimCLR -> SupCon gap is reported
+          'supcon': 'ground truth, attraction', 'oracle_elim': 'ground truth, elimination',
+          'debiased': 'instance labels, negatives debiased by a class prior',
+          'hard_negative': 'instance labels, negatives reweighted by hardness',
+          'fnc_elim': 'support views flag negatives, elimination',
+          'fnc_attr': 'support views flag negatives, attraction'}
+# Every method but the two ends of the gap: their share of the SimCLR -> SupCon gap is reported.
+CLOSERS = tuple(m for m in METHODS if m not in ('simclr', 'supcon'))
+# Methods that flag individual negatives as false: their in-batch detection precision and recall
+# (against the ground-truth classes) are logged per epoch by FalseNegativeDetectionHook.
+FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr')
+DETECTION_KEYS = ('fn_precision', 'fn_recall')
 
 # None means: keep the config's value. The cpu values were chosen on the val split (README).
 PRESETS = {
@@ -107,10 +125,12 @@ def _ints(text: str) -> list[int]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(
-        description='Train SimCLR, IFND, SupCon and the elimination oracle with one recipe and '
-        'several seeds (tools/train.py in subprocesses, each followed by a linear probe), then '
-        'print kNN and linear top-1 (mean +- sd), the paired IFND - SimCLR difference, the share '
-        'of the SimCLR -> SupCon gap closed (95%% intervals) and IFND\'s MTPR/MTNR per round.',
+        description='Train false-negative methods (SimCLR, IFND, SupCon, the elimination '
+        'oracle, debiased, hard negatives, FNC) with one recipe and several seeds '
+        '(tools/train.py in subprocesses, each followed by a linear probe), then print kNN and '
+        'linear top-1 (mean +- sd), the paired differences to SimCLR, the share of the SimCLR -> '
+        'SupCon gap closed (95%% intervals), IFND\'s MTPR/MTNR per round and the precision and '
+        'recall of the negatives IFND and FNC flag.',
         formatter_class=HelpFormatter)
     parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu',
                         help="budget: 'cpu' (about an hour on 2 cores) or 'gpu' (the configs' "
@@ -235,7 +255,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             args.level = int(args.level)
         except ValueError:
             parser.error(f"--level must be 'finest' or an integer, got {args.level!r}")
-    for method in (*METHODS, 'linear'):
+    for method in (*args.methods, 'linear'):
         key = f'{method}_config'
         if getattr(args, key) is None:
             setattr(args, key, DATASETS[args.dataset][method])
@@ -623,10 +643,26 @@ def collect(plan: dict, record: dict, args: argparse.Namespace) -> dict:
         level = pick_level(entry['rounds'][-1], args.level)
         entry.update(mtpr=level.get('mtpr', math.nan), mtnr=level.get('mtnr', math.nan),
                      k=level['k'])
-    else:
-        truth = method in ('supcon', 'oracle_elim')
+    elif method in ('supcon', 'oracle_elim', 'simclr'):
+        truth = method != 'simclr'
         entry.update(mtpr=100.0 if truth else 0.0, mtnr=100.0)
+    if method in FLAGGERS:
+        entry['flagged'] = flagged_negatives(work_dir)
     return entry
+
+
+def flagged_negatives(work_dir: str) -> dict | None:
+    """Per-epoch precision and recall (%) of the negatives a method flagged as false, and their
+    means over the run; None for a run that did not log them (trained before they were logged)."""
+    try:
+        history = {key: read_scalars(work_dir, key, None) for key in DETECTION_KEYS}
+    except RuntimeError:
+        return None
+    result = {key: [(step, 100.0 * value) for step, value in values]
+              for key, values in history.items()}
+    result.update({f'{key}_mean': float(np.nanmean([v for _, v in values]))
+                   for key, values in result.items()})
+    return result
 
 
 def detection_over_training(rounds: list[dict], epochs: int) -> dict:
@@ -741,7 +777,7 @@ def _ci(stat: dict | None, key: str = 'mean', scale: float = 1.0, fmt: str = '{:
 
 
 def markdown_tables(result: dict) -> str:
-    """The comparison table with error bars, the per-seed numbers and IFND's rounds."""
+    """The comparison table with error bars, per-seed numbers, flagged negatives, IFND's rounds."""
     s, summary, runs = result['settings'], result['summary'], result['runs']
     seeds = s['seeds']
     stem = {None: '', True: ' (CIFAR stem)', False: ' (standard stem)'}[s['cifar_stem']]
@@ -784,6 +820,23 @@ def markdown_tables(result: dict) -> str:
             lin = r.get('linear_top1')
             cells.append(f"{r['top1']:.2f}" + ('' if lin is None else f' / {lin:.2f}'))
         lines.append(f'| {seed} | ' + ' | '.join(cells) + ' |')
+    flagged = [(m, [r['flagged'] for r in runs if r['method'] == m and r.get('flagged')])
+               for m in FLAGGERS]
+    flagged = [(m, fl) for m, fl in flagged if fl]
+    if flagged:
+        lines += ['', 'Negatives flagged as false in the batches trained on, against the '
+                  'ground-truth classes (%): precision (flagged that share the anchor\'s class) '
+                  'and recall (same-class negatives flagged), the mean over epochs and the last '
+                  'epoch, mean ± sd over seeds. SupCon and the oracle flag with precision and '
+                  'recall 100, SimCLR flags nothing.', '',
+                  '| Method | precision | recall | precision, last epoch | recall, last epoch |',
+                  '|---|---:|---:|---:|---:|']
+        for m, fl in flagged:
+            cells = [_pm(dict(zip(('mean', 'sd'), mean_sd([f[f'{key}_mean'] for f in fl]))))
+                     for key in DETECTION_KEYS]
+            cells += [_pm(dict(zip(('mean', 'sd'), mean_sd([f[key][-1][1] for f in fl]))))
+                      for key in DETECTION_KEYS]
+            lines.append(f'| {TITLES[m]} | ' + ' | '.join(cells) + ' |')
     ifnd = [r for r in runs if r['method'] == 'ifnd']
     if ifnd:
         ks = [lv['k'] for lv in ifnd[0]['rounds'][0]['levels']]
@@ -810,13 +863,15 @@ def markdown_tables(result: dict) -> str:
 
 
 def plot(result: dict, path: str) -> None:
-    """kNN top-1 over epochs per method (mean, sd band) and IFND's MTPR/MTNR and rate per round."""
+    """kNN top-1 per method, IFND's rounds and the flagged negatives' precision and recall."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     runs = result['runs']
     ifnd = [r for r in runs if r['method'] == 'ifnd']
-    fig, axes = plt.subplots(1, 3 if ifnd else 1, figsize=(15 if ifnd else 6, 4.2), squeeze=False)
+    flaggers = [m for m in FLAGGERS if any(r['method'] == m and r.get('flagged') for r in runs)]
+    panels = 1 + 2 * bool(ifnd) + bool(flaggers)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2), squeeze=False)
     ax = axes[0, 0]
     for m in METHODS:
         histories = [dict(r['top1_history']) for r in runs if r['method'] == m]
@@ -851,6 +906,20 @@ def plot(result: dict, path: str) -> None:
             handles = ax.get_legend_handles_labels()
             extra = rate.get_legend_handles_labels()
             ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8)
+    if flaggers:
+        ax = axes[0, panels - 1]
+        for m in flaggers:
+            for key, style in zip(DETECTION_KEYS, ('-', '--')):
+                histories = [dict(r['flagged'][key]) for r in runs
+                             if r['method'] == m and r.get('flagged')]
+                epochs = sorted(set.intersection(*(set(h) for h in histories)))
+                values = np.array([[h[e] for e in epochs] for h in histories])
+                ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3,
+                        label=f"{TITLES[m]} {key.split('_')[1]}")
+        ax.set(xlabel='epoch', ylabel='%', ylim=(0, 102),
+               title='negatives flagged as false: precision, recall')
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     folder = osp.dirname(osp.abspath(path))
     os.makedirs(folder, exist_ok=True)

@@ -322,3 +322,36 @@ def test_detection_over_training_weights_each_round_by_the_epochs_it_labels():
     got = bench.detection_over_training(rounds, 4)
     assert got['false_negatives_eliminated'] == pytest.approx((0 + 30 + 30 + 50) / 4)
     assert got['true_negatives_eliminated'] == pytest.approx((0 + 6 + 6 + 12) / 4)
+
+
+def test_flagged_negatives_are_read_per_epoch_and_tabled(tmp_path):
+    """Precision and recall of flagged negatives: the runs' own per-epoch scalars, in percent."""
+    bench = _load('false_negatives')
+    assert bench.flagged_negatives(str(tmp_path)) is None  # a run that did not log them
+    runs = []
+    for seed, recalls in enumerate(([0.1, 0.3], [0.2, 0.4])):
+        work_dir = tmp_path / f'seed_{seed}'
+        (work_dir / '20240101_000000' / 'vis_data').mkdir(parents=True)
+        lines = [json.dumps({'loss': 1.0, 'step': 3})]
+        lines += [json.dumps({'fn_precision': 0.5 + 0.1 * seed, 'fn_recall': r, 'step': e + 1})
+                  for e, r in enumerate(recalls)]
+        (work_dir / '20240101_000000' / 'vis_data' / 'scalars.json').write_text(
+            '\n'.join(lines) + '\n')
+        flagged = bench.flagged_negatives(str(work_dir))
+        assert [e for e, _ in flagged['fn_recall']] == [1, 2]
+        assert [v for _, v in flagged['fn_recall']] == pytest.approx([100 * r for r in recalls])
+        assert flagged['fn_recall_mean'] == pytest.approx(50 * sum(recalls))
+        assert flagged['fn_precision_mean'] == pytest.approx(50 + 10 * seed)
+        for method, top1 in (('simclr', 80.0 + seed), ('supcon', 90.0), ('fnc_elim', 82.0)):
+            runs.append({'method': method, 'seed': seed, 'top1': top1, 'top1_history': [(2, top1)],
+                         'seconds': 1.0, **({'flagged': flagged} if method == 'fnc_elim' else {})})
+    result = {'settings': {'seeds': [0, 1], 'cifar_stem': None, 'channels': None, 'epochs': 2,
+                           'subset': 0.1, 'batch_size': 8, 'backbone': 'resnet18',
+                           'eval_split': 'test', 'dataset': 'fmnist', 'preset': 'cpu'},
+              'device': 'CPU', 'runs': runs, 'summary': bench.summarise(runs, [0, 1])}
+    table = bench.markdown_tables(result)
+    # precision 50 / 60 (mean 55, sd 7.07); recall means 20 / 30; last epoch 30 / 40.
+    assert '| FNC-elim | 55.00 ± 7.07 | 25.00 ± 7.07 | 55.00 ± 7.07 | 35.00 ± 7.07 |' in table
+    assert 'gap closed' in table and '| FNC-elim | support views flag negatives' in table
+    bench.plot(result, str(tmp_path / 'fn.png'))
+    assert osp.getsize(tmp_path / 'fn.png') > 10_000
