@@ -35,7 +35,8 @@ def end_gloo_worker() -> None:
 
 
 def digits_config(work_dir: str, model: dict, max_epochs: int = 2, pseudo_labels: dict | None = None,
-                  knn: bool = False, batch_size: int = 64, **overrides) -> Config:
+                  knn: bool = False, batch_size: int = 64, fn_detection: bool = False,
+                  **overrides) -> Config:
     """A complete training config on digits with a tiny ResNet; hooks as asked."""
     base = Config.fromfile(osp.join(CONFIG_DIR, '_base_', 'datasets', 'digits.py'))
     runtime = Config.fromfile(osp.join(CONFIG_DIR, '_base_', 'default_runtime.py'))
@@ -51,6 +52,8 @@ def digits_config(work_dir: str, model: dict, max_epochs: int = 2, pseudo_labels
         hooks.append(dict(type='KNNEvalHook', val_dataset=base.val_dataset,
                           pipeline=base.eval_pipeline, interval=1, batch_size=128, num_workers=0,
                           eval_at_start=True))
+    if fn_detection:
+        hooks.append(dict(type='FalseNegativeDetectionHook'))
     train_dataloader = copy.deepcopy(base.train_dataloader.to_dict())
     train_dataloader['batch_size'] = batch_size
     cfg.merge_from_dict(dict(

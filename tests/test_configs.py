@@ -50,7 +50,12 @@ def test_all_configs_are_found():
                      'simclr/simclr_r50_1000e_cifar10.py', 'simclr/simclr_r50_1000e_cifar100.py',
                      'mocov2/mocov2_r50_200e_in1k.py', 'ifnd/ifnd_r50_1000e_cifar10.py',
                      'ifnd/ifnd_r50_1000e_cifar100.py', 'ifnd/ifnd_r18_200e_fmnist.py',
-                     'ifnd/pcl_r50_1000e_cifar100.py', 'ifnd/supcon_r50_1000e_cifar100.py'):
+                     'ifnd/pcl_r50_1000e_cifar100.py', 'ifnd/supcon_r50_1000e_cifar100.py',
+                     *(f'{method}/{method}_{recipe}.py' for method in ('debiased', 'hard_negative')
+                       for recipe in ('r18_200e_fmnist', 'r50_1000e_cifar10', 'r50_1000e_cifar100',
+                                      'mocov2_r50_200e_in1k')),
+                     *(f'fnc/fnc_{strategy}_{recipe}.py' for strategy in ('elim', 'attr')
+                       for recipe in ('r18_200e_fmnist', 'r50_1000e_cifar10', 'r50_1000e_cifar100'))):
         assert required in names
 
 
@@ -81,7 +86,8 @@ def test_config_builds(path, data_roots, monkeypatch):
         return
     assert model.temperature > 0
     train_set, item = _build_dataset(cfg.train_dataloader.dataset, data_roots)
-    assert len(item['inputs']) == 2, 'training pipelines give two views'
+    # Two views, plus FNC's support views.
+    assert len(item['inputs']) == 2 + getattr(model, 'num_support_views', 0)
     for hook_cfg in cfg.get('custom_hooks', []):
         hook = HOOKS.build(hook_cfg)
         if hook_cfg['type'] == 'KNNEvalHook':
@@ -90,6 +96,8 @@ def test_config_builds(path, data_roots, monkeypatch):
         if hook_cfg['type'] == 'PseudoLabelHook':
             assert hasattr(model, 'label_bank'), 'the hook needs an algorithm with pseudo labels'
             assert hook.pipeline is not None
+        if hook_cfg['type'] == 'FalseNegativeDetectionHook':
+            assert model.records_detection, 'the hook needs an algorithm that flags negatives'
     for name in ('optim_wrapper', 'param_scheduler', 'train_cfg', 'default_hooks'):
         assert name in cfg, f'{path} lacks {name}'
 

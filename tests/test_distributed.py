@@ -1,4 +1,5 @@
-"""Two gloo processes give the same pseudo labels, loss, gradients and MoCo queue as one process."""
+"""Two gloo processes give the same pseudo labels, loss, gradients, MoCo queue and false-negative
+detection counts as one process."""
 import os
 import types
 
@@ -23,11 +24,14 @@ def _build(model_type: str) -> torch.nn.Module:
     torch.manual_seed(0)
     moco = 'MoCo' in model_type
     extra = dict(queue_len=32, bn_splits=WORLD_SIZE) if moco else {}
+    if model_type == 'FNC':  # top_k of the 7 other images of the global batch
+        extra = dict(num_support_views=2, top_k=2)
     model = MODELS.build(dict(type=model_type, temperature=0.5, backbone=TINY_BACKBONE, neck=TINY_NECK,
                               **extra))
     # BN in eval mode normalises each sample alone, so shards and the whole batch agree exactly;
     # what is compared is the cross-process gathering of the contrastive loss.
     model.eval()
+    model.track_detection = model.records_detection  # the counts must add up over the ranks
     if moco:
         # The key encoder's BN normalises with the statistics of its shuffled sub-batch, so the
         # keys are right only if the cross-process shuffle gives each rank the sub-batch that
@@ -37,11 +41,11 @@ def _build(model_type: str) -> torch.nn.Module:
     return model
 
 
-def _batch() -> tuple[list[torch.Tensor], dict]:
+def _batch(num_views: int = 2) -> tuple[list[torch.Tensor], dict]:
     gen = torch.Generator().manual_seed(1)
-    views = [torch.rand(GLOBAL_BATCH, 3, 16, 16, generator=gen) for _ in range(2)]
+    views = [torch.rand(GLOBAL_BATCH, 3, 16, 16, generator=gen) for _ in range(num_views)]
     index = torch.randperm(269, generator=gen)[:GLOBAL_BATCH]
-    return views, {'index': index, 'label': torch.zeros(GLOBAL_BATCH, dtype=torch.long)}
+    return views, {'index': index, 'label': torch.randint(0, 3, (GLOBAL_BATCH, ), generator=gen)}
 
 
 def _pseudo_label_round(model: torch.nn.Module, work_dir: str) -> torch.Tensor:
@@ -54,6 +58,10 @@ def _pseudo_label_round(model: torch.nn.Module, work_dir: str) -> torch.Tensor:
     model.label_bank.reset(2, 269)
     hook.run_round(runner, 1)
     return model.label_bank.labels.clone()
+
+
+def _views(model) -> int:
+    return 2 + getattr(model, 'num_support_views', 0)
 
 
 def _loss_and_grads(model, views, samples) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
@@ -71,7 +79,7 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
     dist.init_process_group('gloo', rank=rank, world_size=WORLD_SIZE)
     model = _build(model_type)
     labels = _pseudo_label_round(model, out_dir) if model_type.startswith('IFND') else None
-    views, samples = _batch()
+    views, samples = _batch(_views(model))
     shard = slice(rank * GLOBAL_BATCH // WORLD_SIZE, (rank + 1) * GLOBAL_BATCH // WORLD_SIZE)
     loss, grads, queue = _loss_and_grads(model, [v[shard] for v in views],
                                   {k: v[shard] for k, v in samples.items()})
@@ -79,14 +87,18 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
     dist.all_reduce(loss)
     for grad in grads.values():
         dist.all_reduce(grad)
+    counts = model.detection_counts
+    if counts is not None:  # what FalseNegativeDetectionHook does: sum them over the processes
+        dist.all_reduce(counts)
     if rank == 0:
-        torch.save({'loss': loss / WORLD_SIZE, 'labels': labels, 'queue': queue,
+        torch.save({'loss': loss / WORLD_SIZE, 'labels': labels, 'queue': queue, 'counts': counts,
                     'grads': {k: g / WORLD_SIZE for k, g in grads.items()}},
                    os.path.join(out_dir, 'dist.pt'))
     end_gloo_worker()
 
 
-@pytest.mark.parametrize('model_type', ['SimCLR', 'IFND', 'MoCoV2', 'IFNDMoCo'])
+@pytest.mark.parametrize('model_type', ['SimCLR', 'IFND', 'MoCoV2', 'IFNDMoCo', 'DebiasedCL',
+                                        'HardNegativeCL', 'FNC'])
 def test_two_processes_match_one(tmp_path, model_type):
     mp.spawn(_worker, args=(free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     got = torch.load(tmp_path / 'dist.pt', weights_only=True)
@@ -96,8 +108,10 @@ def test_two_processes_match_one(tmp_path, model_type):
         labels = _pseudo_label_round(model, str(tmp_path))
         torch.testing.assert_close(got['labels'], labels, rtol=0, atol=0)
         assert (labels >= 0).float().mean().item() == pytest.approx(0.6, abs=0.01)
-    loss, grads, queue = _loss_and_grads(model, *_batch())
+    loss, grads, queue = _loss_and_grads(model, *_batch(_views(model)))
     torch.testing.assert_close(got['loss'], loss, rtol=1e-5, atol=1e-6)
+    if model.records_detection:
+        torch.testing.assert_close(got['counts'], model.detection_counts, rtol=0, atol=0)
     if queue is not None:  # the keys of both ranks, enqueued in rank order
         torch.testing.assert_close(got['queue'], queue, rtol=1e-5, atol=1e-6)
     assert grads.keys() == got['grads'].keys()

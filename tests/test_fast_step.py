@@ -154,17 +154,29 @@ def _filled(model, levels=2, num_samples=40, clusters=(3, 5)):
     return model
 
 
+# The other false-negative methods: debiased, hard negatives (SimCLR and MoCo bases) and FNC.
+NEW_FN_METHODS = [
+    dict(type='DebiasedCL'), dict(type='HardNegativeCL'),
+    dict(type='DebiasedMoCo', queue_len=32, bn_splits=2),
+    dict(type='HardNegativeMoCo', queue_len=32, bn_splits=2),
+    dict(type='FNC', strategy='elim', num_support_views=2, top_k=3),
+    dict(type='FNC', strategy='attr', num_support_views=1, top_k=None, threshold=0.2)]
+
+
 @pytest.mark.parametrize('cfg', [
     dict(type='SimCLR'), dict(type='IFND', loss_mode='elim'), dict(type='IFND', loss_mode='attr'),
     dict(type='SupCon'), dict(type='OracleElim'), dict(type='PCL'),
     dict(type='MoCoV2', queue_len=32, bn_splits=2),
     dict(type='IFNDMoCo', queue_len=32, bn_splits=2),
-], ids=lambda c: c['type'] + c.get('loss_mode', ''))
+    *NEW_FN_METHODS,
+], ids=lambda c: c['type'] + c.get('loss_mode', c.get('strategy', '')))
 def test_training_step_makes_no_host_sync(cfg):
     torch.manual_seed(0)
     model = _filled(MODELS.build(dict(cfg, backbone=TINY_BACKBONE, neck=TINY_NECK)))
+    model.track_detection = model.records_detection  # the detection counts are summed too
     wrapper = build_optim_wrapper(model, _schedule('sgd_coslr_200e.py').optim_wrapper)
-    batch = {'inputs': _views(), 'index': torch.randperm(40)[:8], 'label': torch.arange(8) % 3}
+    views = _views() + _views(seed=1)[:getattr(model, 'num_support_views', 0)]
+    batch = {'inputs': views, 'index': torch.randperm(40)[:8], 'label': torch.arange(8) % 3}
     if cfg['type'] in ('SupCon', 'OracleElim'):
         model.loss(batch['inputs'], batch)  # the ground-truth labels are checked once, first
     with _host_sync_forbidden():
@@ -289,10 +301,10 @@ class _RefuseSyncOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _device_view_batch(kind, view, root):
+def _device_view_batch(kind, view, root, num_views=2):
     from ifnd.datasets import Digits, ImageFolder
     from ifnd.datasets.datasets import batch_collate
-    pipeline = dict(type='MultiView', num_views=2, transforms=view)
+    pipeline = dict(type='MultiView', num_views=num_views, transforms=view)
     if kind == 'digits':
         ds = Digits(split='train', pipeline=pipeline, augment_on='device')
         indices = torch.randperm(40)[:8].tolist()
@@ -312,14 +324,16 @@ def _device_view_batch(kind, view, root):
                                   dict(type='SimCLRView', size=16, blur_p=0.5)], ids=['mocov2', 'simclr_blur'])
 @pytest.mark.parametrize('kind', ['digits', 'jpeg'])
 @pytest.mark.parametrize('cfg', [dict(type='IFND', loss_mode='elim'),
-                                 dict(type='IFNDMoCo', queue_len=32, bn_splits=2)], ids=['IFND', 'IFNDMoCo'])
+                                 dict(type='IFNDMoCo', queue_len=32, bn_splits=2), *NEW_FN_METHODS],
+                         ids=lambda c: c['type'] + c.get('strategy', ''))
 def test_device_view_train_step_makes_no_host_sync(cfg, kind, view, tmp_path):
     """A whole train_step: the preprocessor makes the views (JPEGs decoded), forward, backward, SGD step."""
     torch.manual_seed(0)
     preprocessor = dict(type='ContrastiveDataPreprocessor', mean=(0.5,) * 3, std=(0.25,) * 3)
     model = _filled(MODELS.build(dict(cfg, backbone=TINY_BACKBONE, neck=TINY_NECK, data_preprocessor=preprocessor)))
+    model.track_detection = model.records_detection
     wrapper = build_optim_wrapper(model, _schedule('sgd_coslr_200e.py').optim_wrapper)
-    batch = _device_view_batch(kind, view, tmp_path)
+    batch = _device_view_batch(kind, view, tmp_path, 2 + getattr(model, 'num_support_views', 0))
     assert 'augment' in batch  # the views are made in the step, not by the loader
     before = model.backbone.model.conv1.weight.detach().clone()
     with _host_sync_forbidden(), _RefuseSyncOps():

@@ -74,7 +74,7 @@ def test_moco_training_lowers_the_loss(tmp_path):
 def test_ifnd_hooks_log_and_save(tmp_path):
     torch.manual_seed(0)
     cfg = digits_config(str(tmp_path), dict(type='IFND', temperature=0.5, loss_mode='elim'),
-                        max_epochs=2, knn=True,
+                        max_epochs=2, knn=True, fn_detection=True,
                         pseudo_labels=dict(num_clusters=[10, 30], interval=1,
                                            kmeans=dict(nredo=1, niter=10)))
     runner = _train(cfg)
@@ -102,6 +102,14 @@ def test_ifnd_hooks_log_and_save(tmp_path):
     assert [r['epoch'] for r in rounds] == [0, 1, 2]
     # Instance learning at the start: MTPR 0, MTNR 100.
     assert rounds[0]['levels'][0]['mtpr'] == 0 and rounds[0]['levels'][0]['mtnr'] == 100
+    # The negatives the loss eliminated, per epoch: none in the first (nothing accepted), then
+    # with the labels of the round after it, per level and averaged over the levels.
+    first, second = [s for s in scalars if 'train/fn_recall' in s]
+    assert first['step'] == 1 and first['train/fn_recall'] == 0 and 'train/fn_precision' not in first
+    assert second['step'] == 2 and 0 < second['train/fn_recall'] < 100
+    for key in ('fn_precision', 'fn_recall'):
+        levels = [second[f'train/{key}/{level}'] for level in ('k10', 'k30')]
+        assert second[f'train/{key}'] == pytest.approx(np.mean(levels))
 
 
 def test_resume_restores_epoch_optimizer_queue_and_labels(tmp_path):

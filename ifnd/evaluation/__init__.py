@@ -1,8 +1,10 @@
 """Evaluation metrics: false-negative detection rates, cluster quality, weighted kNN."""
-from .metrics import (cluster_quality, false_negative_rates, knn_accuracy, knn_classify)
+from .metrics import (cluster_quality, detection_precision_recall, false_negative_rates,
+                      knn_accuracy, knn_classify)
 from .classification import Accuracy
 
-__all__ = ['cluster_quality', 'false_negative_rates', 'knn_accuracy', 'knn_classify', 'Accuracy']
+__all__ = ['cluster_quality', 'detection_precision_recall', 'false_negative_rates', 'knn_accuracy',
+           'knn_classify', 'Accuracy']
 from .voc07 import (AP_DEFINITIONS, DEFAULT_SVM_COSTS, VOC07SVMs, evaluate_voc07,  # noqa: E402
                     train_svms, voc07_average_precision, voc07_mean_average_precision)
 

@@ -2,6 +2,8 @@
 
 * :func:`false_negative_rates` -- MTPR / MTNR of the IFND paper (Sec. 4.4): how many actual
   false negatives a labelling detects, and how many actual negatives it keeps.
+* :func:`detection_precision_recall` -- precision / recall of the negatives a loss flags as false
+  negatives, from the counts its training steps summed.
 * :func:`cluster_quality` -- NMI / AMI / ARI against the ground truth (scikit-learn).
 * :func:`knn_classify` / :func:`knn_accuracy` -- weighted kNN on frozen features (InstDisc/DINO).
 """
@@ -14,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ['false_negative_rates', 'cluster_quality', 'knn_classify', 'knn_accuracy']
+__all__ = ['false_negative_rates', 'detection_precision_recall', 'cluster_quality', 'knn_classify',
+           'knn_accuracy']
 
 ArrayLike = Union[Tensor, np.ndarray]
 
@@ -72,6 +75,23 @@ def false_negative_rates(pseudo_labels: ArrayLike, true_labels: ArrayLike) -> tu
     mtnr = (n[neg_ok] * true_neg[neg_ok] / neg_den[neg_ok]).sum() / tnr_anchors \
         if tnr_anchors > 0 else float('nan')
     return float(100.0 * mtpr), float(100.0 * mtnr)
+
+
+def detection_precision_recall(counts: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Per-level precision and recall (%) of flagged false negatives; NaN where undefined.
+
+    ``counts`` [L, 3]: flagged negatives, those of the anchor's class, and the anchor's
+    same-class negatives (``ifnd.models.losses.false_negative_detection_counts``, summed). Precision
+    = flagged of the class / flagged, recall = flagged of the class / same-class negatives.
+    """
+    counts = counts.detach().cpu().numpy() if isinstance(counts, Tensor) else np.asarray(counts)
+    if counts.ndim != 2 or counts.shape[1] != 3:
+        raise ValueError(f'counts must be [levels, 3], got shape {counts.shape}')
+    flagged, correct, same = (counts[:, i].astype(np.float64) for i in range(3))
+    with np.errstate(divide='ignore', invalid='ignore'):
+        precision = np.where(flagged > 0, 100.0 * correct / flagged, np.nan)
+        recall = np.where(same > 0, 100.0 * correct / same, np.nan)
+    return precision, recall
 
 
 def cluster_quality(true_labels: ArrayLike, pred_labels: ArrayLike) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """Models: backbones, necks, losses and algorithms."""
-from .algorithms import IFND, PCL, ContrastiveAlgorithm, IFNDMoCo, MoCoV2, OracleElim, PseudoLabelBank, SimCLR, SupCon
+from .algorithms import (FNC, IFND, PCL, ContrastiveAlgorithm, DebiasedCL, DebiasedMoCo, HardNegativeCL,
+                         HardNegativeMoCo, IFNDMoCo, MoCoV2, OracleElim, PseudoLabelBank, SimCLR, SupCon)
 from .backbones import TimmBackbone
 from .data_preprocessor import ContrastiveDataPreprocessor
 from .encoder import Encoder, load_backbone_weights, load_encoder
@@ -9,6 +10,7 @@ from .classifier import ImageClassifier
 
 __all__ = [
     'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'OracleElim', 'PCL', 'MoCoV2', 'IFNDMoCo', 'PseudoLabelBank',
+    'DebiasedCL', 'HardNegativeCL', 'DebiasedMoCo', 'HardNegativeMoCo', 'FNC',
     'TimmBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss', 'masked_info_nce',
     'queue_contrastive_loss', 'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
     'ImageClassifier',

@@ -1,5 +1,6 @@
 """Contrastive algorithms: SimCLR and MoCo v2, with IFND, SupCon, the elimination oracle and PCL
-built on them."""
+built on them, and the other false-negative methods IFND is compared with: the debiased
+contrastive loss, hard negative sampling and FNC."""
 import copy
 from typing import Sequence
 
@@ -10,7 +11,10 @@ from mmengine.model import BaseModel
 from torch import nn
 
 from ifnd.dist import gather_no_grad, gather_with_grad
-from ifnd.models.losses import contrastive_loss_from_candidates, proto_nce_loss, queue_contrastive_loss
+from ifnd.models.losses import (check_debiasing, check_fnc_options, contrastive_loss_from_candidates,
+                                contrastive_loss_from_mask, debiased_loss_from_candidates,
+                                false_negative_detection_counts, fnc_false_negatives,
+                                proto_nce_loss, queue_contrastive_loss, queue_debiased_loss)
 from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS
 
@@ -105,6 +109,7 @@ class ContrastiveAlgorithm(BaseModel):
     """Backbone f, projection head g and the label source shared by every algorithm."""
 
     uses_prototypes = False  # whether the loss needs cluster centroids and concentrations
+    records_detection = False  # whether the loss step counts its flagged false negatives
 
     def __init__(self, backbone: dict, neck: dict, temperature: float, loss_mode: str = 'inst',
                  label_source: str = 'none', data_preprocessor: dict | None = None,
@@ -127,6 +132,11 @@ class ContrastiveAlgorithm(BaseModel):
         self._labels_checked = False
         if label_source == 'pseudo':
             self.label_bank = PseudoLabelBank()
+        # Counts [levels, 3] of the negatives the loss flags, summed on the device while
+        # FalseNegativeDetectionHook sets ``track_detection``. A plain attribute, not a buffer:
+        # DDP would overwrite every rank's counts with rank 0's at each forward.
+        self.track_detection = False
+        self.detection_counts: torch.Tensor | None = None
 
     def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
         """Backbone features f(x)."""
@@ -184,6 +194,27 @@ class ContrastiveAlgorithm(BaseModel):
             raise ValueError(f'{type(self).__name__} needs two views per image; the pipeline gave '
                              f'{len(inputs)}: use MultiView(num_views=2)')
 
+    def _record_detection(self, flagged: torch.Tensor | None, positive_index: torch.Tensor,
+                          self_index: torch.Tensor, num_candidates: int, data_samples: dict,
+                          levels: int = 1) -> None:
+        """Add the batch's detection counts (ground truth: ``data_samples['label']``) when tracked.
+
+        ``flagged`` [L, A, C] are the candidates the loss treats as false negatives of the local
+        anchors ``cat([z1, z2])`` among the gathered ``cat([z1s, z2s])``; ``None``: none.
+        """
+        classes = data_samples.get('label')
+        if not self.track_detection or classes is None:
+            return
+        columns = torch.arange(num_candidates, device=positive_index.device).unsqueeze(0)
+        negatives = (columns != positive_index.unsqueeze(1)) & (columns != self_index.unsqueeze(1))
+        counts = false_negative_detection_counts(flagged, negatives, classes.repeat(2),
+                                                 gather_no_grad(classes).repeat(2), levels)
+        held = self.detection_counts
+        if held is None or held.shape != counts.shape or held.device != counts.device:
+            self.detection_counts = counts
+        else:
+            held += counts
+
     @staticmethod
     def _diagnostics(labels: torch.Tensor | None) -> dict:
         # Logged (not optimised): the share of the batch that carries an accepted pseudo label.
@@ -196,6 +227,8 @@ class ContrastiveAlgorithm(BaseModel):
 class SimCLR(ContrastiveAlgorithm):
     """SimCLR: 2M views per batch, every other view a negative; views gathered across ranks."""
 
+    records_detection = True  # label-masked modes flag the candidates sharing the anchor's label
+
     def __init__(self, backbone: dict, neck: dict, temperature: float = 0.1, **kwargs) -> None:
         super().__init__(backbone, neck, temperature, **kwargs)
 
@@ -205,15 +238,20 @@ class SimCLR(ContrastiveAlgorithm):
         z1, z2 = self.embed(torch.cat(inputs[:2])).chunk(2)
         return z1, z2
 
-    def instance_losses(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict) -> dict:
-        """Masked InfoNCE over the 2M local views against the views of all ranks."""
+    def gathered_views(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Local anchors ``cat([z1, z2])``, the views of all ranks ``cat([z1s, z2s])`` (with
+        gradients), and each anchor's positive and own row among them."""
         num = z1.shape[0]
         rank, world_size = get_dist_info()
         total = num * world_size
         candidates = torch.cat([gather_with_grad(z1), gather_with_grad(z2)])
         own = torch.arange(num, device=z1.device) + rank * num
-        self_index = torch.cat([own, own + total])
-        positive_index = torch.cat([own + total, own])
+        return (torch.cat([z1, z2]), candidates, torch.cat([own + total, own]),
+                torch.cat([own, own + total]))
+
+    def instance_losses(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict) -> dict:
+        """Masked InfoNCE over the 2M local views against the views of all ranks."""
+        anchors, candidates, positive_index, self_index = self.gathered_views(z1, z2)
         labels = self.batch_labels(data_samples)
         anchor_labels = candidate_labels = None
         # Unaccepted samples carry unique labels, so before any label is accepted the loss is
@@ -224,8 +262,16 @@ class SimCLR(ContrastiveAlgorithm):
             anchor_labels = labels.repeat(1, 2)
         with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
             per_anchor = contrastive_loss_from_candidates(
-                torch.cat([z1, z2]), candidates, positive_index, self_index, anchor_labels,
+                anchors, candidates, positive_index, self_index, anchor_labels,
                 candidate_labels, self.temperature, self.loss_mode, instance_if_unaccepted=True)
+        if self.track_detection:
+            # Flagged: the candidates sharing the anchor's label, per level, when the loss uses
+            # them ('elim' / 'attr'); the own positive is left out by the counting.
+            flagged = None
+            if anchor_labels is not None and self.loss_mode != 'inst':
+                flagged = anchor_labels.unsqueeze(2) == candidate_labels.unsqueeze(1)
+            self._record_detection(flagged, positive_index, self_index, candidates.shape[0],
+                                   data_samples, 1 if labels is None else labels.shape[0])
         return {'loss': per_anchor.mean(), **self._diagnostics(labels)}
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
@@ -436,6 +482,15 @@ class MoCoV2(ContrastiveAlgorithm):
         super()._load_from_state_dict(*args, **kwargs)
         self._queue_labels = self._queue_labels_key = None  # a loaded queue_index: rebuild
 
+    def queue_loss(self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor | None,
+                   overwritten: torch.Tensor) -> torch.Tensor:
+        """InfoNCE of the queries against their keys and the queue, masked by labels for IFND."""
+        # Before any label is accepted the loss is plain MoCo: no queue label lookup, no masks.
+        masked = labels is not None and self.labels_can_match()
+        return queue_contrastive_loss(q, k, self.queue, labels if masked else None,
+                                      self.cached_queue_labels() if masked else None,
+                                      self.temperature, self.loss_mode, overwritten=overwritten)
+
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """InfoNCE of queries against their keys and the queue (masked by labels for IFND)."""
         self._check_two_views(inputs)
@@ -443,16 +498,11 @@ class MoCoV2(ContrastiveAlgorithm):
         self._momentum_update()
         k = self._shuffled_keys(inputs[1])
         labels = self.batch_labels(data_samples)
-        # Before any label is accepted the loss is plain MoCo: no queue label lookup, no masks.
-        masked = labels is not None and self.labels_can_match()
         _, world_size = get_dist_info()
         with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
             # The queue itself, no copy: the loss keeps the rows the enqueue below overwrites,
             # so the backward stays exact after the in-place update.
-            loss = queue_contrastive_loss(q, k, self.queue, labels if masked else None,
-                                          self.cached_queue_labels() if masked else None,
-                                          self.temperature, self.loss_mode,
-                                          overwritten=self._next_slots(k.shape[0] * world_size))
+            loss = self.queue_loss(q, k, labels, self._next_slots(k.shape[0] * world_size))
         index = data_samples.get('index')
         if index is None:
             index = torch.full((k.shape[0],), -1, dtype=torch.long, device=k.device)
@@ -467,3 +517,148 @@ class IFNDMoCo(MoCoV2):
     def __init__(self, backbone: dict, neck: dict, loss_mode: str = 'elim', **kwargs) -> None:
         kwargs.setdefault('label_source', 'pseudo')
         super().__init__(backbone, neck, loss_mode=loss_mode, **kwargs)
+
+
+def _debiasing_settings(name: str, tau_plus: float, beta: float, kwargs: dict) -> tuple[float, float]:
+    """Validated (τ⁺, β) of a debiased / hard-negative algorithm, which takes no labels."""
+    _refuse_labels(name, kwargs)
+    check_debiasing(tau_plus, beta)
+    return float(tau_plus), float(beta)
+
+
+def _refuse_labels(name: str, kwargs: dict) -> None:
+    # These methods handle false negatives themselves: a label-masked loss mode would be ignored.
+    mode, source = kwargs.get('loss_mode', 'inst'), kwargs.get('label_source', 'none')
+    if mode != 'inst' or source != 'none':
+        raise ValueError(f'{name} handles false negatives itself and takes no labels; remove '
+                         f'loss_mode={mode!r} / label_source={source!r} from its config (IFND, '
+                         'SupCon and OracleElim are the label-based methods)')
+
+
+@MODELS.register_module()
+class DebiasedCL(SimCLR):
+    """Debiased contrastive learning (Chuang et al., NeurIPS 2020) on the SimCLR base.
+
+    The negatives' sum is corrected for the share ``tau_plus`` (τ⁺, the class prior) of
+    same-class samples among them, and clamped at N·e^(−1/τ); ``beta`` > 0 weights harder
+    negatives more (hard negative sampling, :class:`HardNegativeCL`). N = 2M − 2 views of the
+    batch gathered over the ranks.
+    """
+
+    records_detection = False  # nothing is flagged: the correction is in expectation
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 tau_plus: float = 0.1, beta: float = 0.0, **kwargs) -> None:
+        tau_plus, beta = _debiasing_settings(type(self).__name__, tau_plus, beta, kwargs)
+        super().__init__(backbone, neck, temperature, **kwargs)
+        self.tau_plus, self.beta = tau_plus, beta
+
+    def instance_losses(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict) -> dict:
+        """The debiased (or hard-negative) loss of the 2M local views against all ranks' views."""
+        anchors, candidates, positive_index, self_index = self.gathered_views(z1, z2)
+        if candidates.shape[0] < 3:
+            raise ValueError(f'{type(self).__name__} needs at least 2 images per batch (over all '
+                             'processes) to have a negative; raise train_dataloader.batch_size')
+        with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
+            per_anchor = debiased_loss_from_candidates(anchors, candidates, positive_index,
+                                                       self_index, self.temperature,
+                                                       self.tau_plus, self.beta)
+        return {'loss': per_anchor.mean()}
+
+
+@MODELS.register_module()
+class HardNegativeCL(DebiasedCL):
+    """Hard negative sampling (Robinson et al., ICLR 2021) on the SimCLR base.
+
+    Negatives are weighted by neg^β (``beta``) before the debiasing with ``tau_plus``;
+    ``tau_plus=0`` gives the plain hard-negative objective, ``beta=0`` the debiased one.
+    """
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 tau_plus: float = 0.1, beta: float = 1.0, **kwargs) -> None:
+        super().__init__(backbone, neck, temperature, tau_plus=tau_plus, beta=beta, **kwargs)
+
+
+@MODELS.register_module()
+class DebiasedMoCo(MoCoV2):
+    """The debiased contrastive loss on the MoCo v2 base: the queue's K keys are the negatives."""
+
+    def __init__(self, backbone: dict, neck: dict, tau_plus: float = 0.01, beta: float = 0.0,
+                 **kwargs) -> None:
+        tau_plus, beta = _debiasing_settings(type(self).__name__, tau_plus, beta, kwargs)
+        super().__init__(backbone, neck, **kwargs)
+        self.tau_plus, self.beta = tau_plus, beta
+
+    def queue_loss(self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor | None,
+                   overwritten: torch.Tensor) -> torch.Tensor:
+        """The debiased (or hard-negative) loss against the own key and the queue."""
+        return queue_debiased_loss(q, k, self.queue, self.temperature, self.tau_plus, self.beta,
+                                   overwritten)
+
+
+@MODELS.register_module()
+class HardNegativeMoCo(DebiasedMoCo):
+    """Hard negative sampling (Robinson et al., ICLR 2021) on the MoCo v2 base."""
+
+    def __init__(self, backbone: dict, neck: dict, tau_plus: float = 0.01, beta: float = 1.0,
+                 **kwargs) -> None:
+        super().__init__(backbone, neck, tau_plus=tau_plus, beta=beta, **kwargs)
+
+
+@MODELS.register_module()
+class FNC(SimCLR):
+    """False negative cancellation (Huynh et al., WACV 2022) on the SimCLR base.
+
+    Each image comes with ``num_support_views`` (S) extra views (``MultiView(num_views=2 + S)``),
+    embedded without gradient. For each anchor image, the other images of the batch (over all
+    ranks) are scored by the cosine of its support views with their two views, aggregated
+    (``'mean'`` or ``'max'``); the ``top_k`` best-scored images, or those scoring above
+    ``threshold``, are its false negatives, both views alike. ``strategy='elim'`` drops them from
+    the denominator, ``'attr'`` makes them positives (the masked InfoNCE of IFND's losses).
+    """
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 strategy: str = 'elim', num_support_views: int = 2, top_k: int | None = 5,
+                 threshold: float | None = None, aggregation: str = 'mean', **kwargs) -> None:
+        _refuse_labels(type(self).__name__, kwargs)
+        check_fnc_options(strategy, top_k, threshold, aggregation)
+        if not isinstance(num_support_views, int) or num_support_views < 1:
+            raise ValueError(f'FNC needs num_support_views S >= 1 (it finds false negatives with '
+                             f'them), got {num_support_views!r}; give the training pipeline '
+                             'MultiView(num_views=2 + S)')
+        super().__init__(backbone, neck, temperature, **kwargs)
+        self.strategy = strategy
+        self.num_support_views = num_support_views
+        self.top_k, self.threshold, self.aggregation = top_k, threshold, aggregation
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """The masked InfoNCE with the false negatives found through the support views."""
+        views = 2 + self.num_support_views
+        if len(inputs) != views:
+            raise ValueError(f'FNC with num_support_views={self.num_support_views} needs {views} '
+                             f'views per image (2 + S), the pipeline gave {len(inputs)}: set '
+                             f'num_views={views} in the MultiView of '
+                             'train_dataloader.dataset.pipeline (or num_support_views to match)')
+        z1, z2 = self.embed_views(inputs)
+        num = z1.shape[0]
+        with torch.no_grad():
+            # Support views only score candidates: no gradient, and one forward of their own
+            # (their BN statistics are their own batch's, as a separate crop group).
+            support = self.embed(torch.cat(inputs[2:])).view(self.num_support_views, num, -1)
+        anchors, candidates, positive_index, self_index = self.gathered_views(z1, z2)
+        rank, _ = get_dist_info()
+        flags = fnc_false_negatives(support.transpose(0, 1),
+                                    candidates.detach().view(2, -1, z1.shape[1]),
+                                    torch.arange(num, device=z1.device) + rank * num, self.top_k,
+                                    self.threshold, self.aggregation)
+        flagged = flags.repeat(2, 2)  # image-wise: both views of anchors and candidates
+        with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
+            per_anchor = contrastive_loss_from_mask(anchors, candidates, positive_index,
+                                                    self_index, flagged, self.temperature,
+                                                    self.strategy)
+        self._record_detection(flagged.unsqueeze(0), positive_index, self_index,
+                               candidates.shape[0], data_samples)
+        losses = {'loss': per_anchor.mean()}
+        if self.threshold is not None:  # logged: how many images the threshold flags
+            losses['flagged'] = flags.sum(dim=1).float().mean()
+        return losses

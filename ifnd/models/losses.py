@@ -14,9 +14,19 @@ levels. Samples whose pseudo label was not accepted must carry labels that match
 (e.g. ``-(index + 1)``), which makes them pure instance-discrimination samples.
 
 ``proto_nce_loss`` is the prototype term of PCL's ProtoNCE, used by the PCL baselines.
+
+Other ways of handling false negatives, compared with IFND:
+
+* ``debiased_nce`` -- the debiased contrastive loss (Chuang et al., NeurIPS 2020), and with
+  β > 0 hard negative sampling (Robinson et al., ICLR 2021); on SimCLR's views
+  (``debiased_loss_from_candidates``) and on MoCo's queue (``queue_debiased_loss``).
+* ``fnc_false_negatives`` -- FNC's detection (Huynh et al., WACV 2022) from support views, whose
+  boolean mask goes to ``contrastive_loss_from_mask`` (the masked InfoNCE above, 'elim' or
+  'attr', with a mask instead of labels).
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -30,6 +40,18 @@ __all__ = [
     'contrastive_loss_from_candidates',
     'contrastive_loss',
     'queue_contrastive_loss',
+    'contrastive_loss_from_mask',
+    'check_debiasing',
+    'debiased_nce',
+    'debiased_loss_from_candidates',
+    'debiased_contrastive_loss',
+    'queue_debiased_loss',
+    'FNC_STRATEGIES',
+    'FNC_AGGREGATIONS',
+    'check_fnc_options',
+    'fnc_false_negatives',
+    'fnc_loss',
+    'false_negative_detection_counts',
     'proto_nce_loss',
 ]
 
@@ -101,6 +123,32 @@ def _as_levels(labels: Optional[Tensor], length: int, name: str) -> Optional[Ten
     return labels
 
 
+def _check_candidates(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
+                      self_index: Tensor, temperature: float) -> None:
+    """Refuse anchor / candidate sets whose shapes or temperature do not fit together."""
+    if anchors.ndim != 2 or candidates.ndim != 2:
+        raise ValueError(f'anchors and candidates must be 2-D, got {tuple(anchors.shape)} and '
+                         f'{tuple(candidates.shape)}')
+    if anchors.shape[1] != candidates.shape[1]:
+        raise ValueError(f'anchors have dimension {anchors.shape[1]} but candidates have '
+                         f'{candidates.shape[1]}')
+    for name, index in (('positive_index', positive_index), ('self_index', self_index)):
+        if index.shape != (anchors.shape[0], ):
+            raise ValueError(f'{name} must have shape [{anchors.shape[0]}], got '
+                             f'{tuple(index.shape)}')
+    if temperature <= 0:
+        raise ValueError(f'temperature must be positive, got {temperature}')
+
+
+def _candidate_logits(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
+                      self_index: Tensor, temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Logits ``[A, C]`` / τ, the anchors' own columns ``[A, C]`` and positive indices on device."""
+    logits = anchors @ candidates.t() / temperature
+    columns = torch.arange(candidates.shape[0], device=logits.device)
+    excluded = columns.unsqueeze(0) == self_index.to(logits.device).unsqueeze(1)
+    return logits, excluded, positive_index.to(logits.device)
+
+
 def contrastive_loss_from_candidates(anchors: Tensor,
                                      candidates: Tensor,
                                      positive_index: Tensor,
@@ -124,18 +172,8 @@ def contrastive_loss_from_candidates(anchors: Tensor,
     then every level equals 'inst' bit for bit and level 0 is returned.
     """
     _check_mode(mode)
-    if anchors.ndim != 2 or candidates.ndim != 2:
-        raise ValueError(f'anchors and candidates must be 2-D, got {tuple(anchors.shape)} and '
-                         f'{tuple(candidates.shape)}')
-    if anchors.shape[1] != candidates.shape[1]:
-        raise ValueError(f'anchors have dimension {anchors.shape[1]} but candidates have '
-                         f'{candidates.shape[1]}')
+    _check_candidates(anchors, candidates, positive_index, self_index, temperature)
     num_anchors, num_candidates = anchors.shape[0], candidates.shape[0]
-    for name, index in (('positive_index', positive_index), ('self_index', self_index)):
-        if index.shape != (num_anchors, ):
-            raise ValueError(f'{name} must have shape [{num_anchors}], got {tuple(index.shape)}')
-    if temperature <= 0:
-        raise ValueError(f'temperature must be positive, got {temperature}')
     if (anchor_labels is None) != (candidate_labels is None):
         raise ValueError('anchor_labels and candidate_labels must be given together')
     anchor_labels = _as_levels(anchor_labels, num_anchors, 'anchor_labels')
@@ -144,57 +182,95 @@ def contrastive_loss_from_candidates(anchors: Tensor,
         raise ValueError(f'anchor_labels have {anchor_labels.shape[0]} levels but '
                          f'candidate_labels have {candidate_labels.shape[0]}')
 
-    logits = anchors @ candidates.t() / temperature
-    columns = torch.arange(num_candidates, device=logits.device)
-    excluded = columns.unsqueeze(0) == self_index.to(logits.device).unsqueeze(1)
-    positive_index = positive_index.to(logits.device)
-    if anchor_labels is None:
+    logits, excluded, positive_index = _candidate_logits(anchors, candidates, positive_index,
+                                                         self_index, temperature)
+    if anchor_labels is None or mode == 'inst':
         # With instance labels no candidate shares the anchor's label: all modes equal 'inst'.
-        return _label_masked_nce(logits, positive_index, excluded, None, None, 'inst')
+        return _masked_nce(logits, positive_index, excluded, None, 'inst')
     anchor_labels = anchor_labels.to(logits.device)
     candidate_labels = candidate_labels.to(logits.device)
     return _label_masked_nce(logits, positive_index, excluded, anchor_labels, candidate_labels,
                              mode, instance_if_unaccepted)
 
 
+def contrastive_loss_from_mask(anchors: Tensor,
+                               candidates: Tensor,
+                               positive_index: Tensor,
+                               self_index: Tensor,
+                               false_negatives: Tensor,
+                               temperature: float = 0.1,
+                               mode: str = 'elim') -> Tensor:
+    """Per-anchor loss ``[A]`` of ``mode`` with the false negatives given as a boolean mask.
+
+    The label-free form of :func:`contrastive_loss_from_candidates`: ``false_negatives`` [A, C]
+    marks the candidates treated as false negatives of each anchor (e.g. FNC's detections);
+    ``'elim'`` drops them from the denominator, ``'attr'`` makes them positives. The anchor's
+    own view and its positive are never treated as false negatives.
+    """
+    _check_mode(mode)
+    _check_candidates(anchors, candidates, positive_index, self_index, temperature)
+    if false_negatives.shape != (anchors.shape[0], candidates.shape[0]):
+        raise ValueError(f'false_negatives must be [{anchors.shape[0]}, {candidates.shape[0]}] '
+                         f'(anchors x candidates), got {tuple(false_negatives.shape)}')
+    logits, excluded, positive_index = _candidate_logits(anchors, candidates, positive_index,
+                                                         self_index, temperature)
+    # A copy: the masked core edits its mask in place.
+    flagged = false_negatives.to(device=logits.device, dtype=torch.bool, copy=True).unsqueeze(0)
+    return _masked_nce(logits, positive_index, excluded, flagged, mode)
+
+
 def _label_masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
-                      anchor_labels: Optional[Tensor], candidate_labels: Optional[Tensor],
-                      mode: str, instance_if_unaccepted: bool = False) -> Tensor:
+                      anchor_labels: Tensor, candidate_labels: Tensor, mode: str,
+                      instance_if_unaccepted: bool = False) -> Tensor:
     """Per-anchor loss ``[A]`` of ``mode`` averaged over label levels, all levels in one pass.
 
     Equals ``masked_info_nce`` with the masks of ``label_masks`` (the general mask form) but
     builds the ``[L, A, C]`` same-label mask with one broadcast compare and reduces every level
-    at once: the positive is the single column ``positive_index``, the excluded columns are
-    filled with -inf once. With ``instance_if_unaccepted`` the loss is exactly 'inst' when no
-    candidate label is accepted: then every level equals the instance loss bit for bit, so level
-    0 alone is selected on the device (the mean over levels could differ in the last bit), and no
-    separate instance loss is computed.
+    at once. With ``instance_if_unaccepted`` the loss is exactly 'inst' when no candidate label
+    is accepted: then every level equals the instance loss bit for bit, so level 0 alone is
+    selected on the device (the mean over levels could differ in the last bit), and no separate
+    instance loss is computed.
+    """
+    if mode == 'inst':
+        return _masked_nce(logits, positive_index, excluded, None, 'inst')
+    same = anchor_labels.unsqueeze(2) == candidate_labels.unsqueeze(1)  # [L, A, C]
+    any_accepted = (candidate_labels >= 0).any() if instance_if_unaccepted else None
+    return _masked_nce(logits, positive_index, excluded, same, mode, any_accepted)
+
+
+def _masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
+                flagged: Optional[Tensor], mode: str,
+                all_levels_if: Optional[Tensor] = None) -> Tensor:
+    """Per-anchor loss ``[A]`` with ``flagged`` [L, A, C] false negatives, averaged over levels.
+
+    The positive is the single column ``positive_index``, the excluded columns are filled with
+    -inf once. ``flagged`` is edited in place (callers pass a fresh mask). ``all_levels_if``: a
+    0-d bool tensor; where it is False, level 0 alone is returned (chosen on the device).
     """
     base = logits if excluded is None else logits.masked_fill(excluded, float('-inf'))
     pos_column = positive_index.unsqueeze(1)
-    if anchor_labels is None or mode == 'inst':
+    if flagged is None or mode == 'inst':
         return torch.logsumexp(base, dim=1) - logits.gather(1, pos_column).squeeze(1)
-    levels = anchor_labels.shape[0]
-    same = anchor_labels.unsqueeze(2) == candidate_labels.unsqueeze(1)  # [L, A, C]
+    levels = flagged.shape[0]
     level_pos = pos_column.unsqueeze(0).expand(levels, -1, -1)
     if mode == 'elim':
-        # Eq. eq:elimination: label-mates leave the denominator, the own positive stays.
-        same.scatter_(2, level_pos, False)
-        per_level = torch.logsumexp(base.unsqueeze(0).masked_fill(same, float('-inf')), dim=2)
+        # Eq. eq:elimination: flagged candidates leave the denominator, the own positive stays.
+        flagged.scatter_(2, level_pos, False)
+        per_level = torch.logsumexp(base.unsqueeze(0).masked_fill(flagged, float('-inf')), dim=2)
         subtract = logits.gather(1, pos_column).squeeze(1)
     else:
-        # 'attr', Eq. eq:attraction: label-mates join the positives; S(i) is unchanged.
-        same.scatter_(2, level_pos, True)
+        # 'attr', Eq. eq:attraction: flagged candidates join the positives; S(i) is unchanged.
+        flagged.scatter_(2, level_pos, True)
         if excluded is not None:
-            same.masked_fill_(excluded.unsqueeze(0), False)
-        num_pos = same.sum(dim=2).to(logits.dtype)
-        pos_sum = torch.where(same, logits.unsqueeze(0), 0.0).sum(dim=2)
+            flagged.masked_fill_(excluded.unsqueeze(0), False)
+        num_pos = flagged.sum(dim=2).to(logits.dtype)
+        pos_sum = torch.where(flagged, logits.unsqueeze(0), 0.0).sum(dim=2)
         per_level = torch.logsumexp(base, dim=1).unsqueeze(0) - pos_sum / num_pos
         subtract = None
     loss = per_level.mean(dim=0)
-    if instance_if_unaccepted:
+    if all_levels_if is not None:
         # Selected on the device (no host sync); the unselected branch gets exact zero gradients.
-        loss = torch.where((candidate_labels >= 0).any(), loss, per_level[0])
+        loss = torch.where(all_levels_if, loss, per_level[0])
     return loss if subtract is None else loss - subtract
 
 
@@ -209,19 +285,23 @@ def contrastive_loss(z1: Tensor,
     ``labels``: ``None`` (instance labels), [M] or [L, M] pseudo labels per image.
     Returns the mean over the 2M anchors, averaged over the label levels.
     """
-    if z1.ndim != 2 or z1.shape != z2.shape:
-        raise ValueError(f'z1 and z2 must both be [M, D] with equal shapes, got {tuple(z1.shape)} '
-                         f'and {tuple(z2.shape)}')
-    num = z1.shape[0]
-    views = torch.cat([z1, z2], dim=0)
-    index = torch.arange(num, device=z1.device)
-    positive_index = torch.cat([index + num, index])
-    self_index = torch.arange(2 * num, device=z1.device)
-    view_labels = _as_levels(labels, num, 'labels')
+    views, positive_index, self_index = _batch_views(z1, z2)
+    view_labels = _as_levels(labels, z1.shape[0], 'labels')
     if view_labels is not None:
         view_labels = torch.cat([view_labels, view_labels], dim=1)
     return contrastive_loss_from_candidates(views, views, positive_index, self_index, view_labels,
                                             view_labels, temperature, mode).mean()
+
+
+def _batch_views(z1: Tensor, z2: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2M views ``cat([z1, z2])`` of one process with their positive and own rows."""
+    if z1.ndim != 2 or z1.shape != z2.shape:
+        raise ValueError(f'z1 and z2 must both be [M, D] with equal shapes, got {tuple(z1.shape)} '
+                         f'and {tuple(z2.shape)}')
+    num = z1.shape[0]
+    index = torch.arange(num, device=z1.device)
+    return (torch.cat([z1, z2], dim=0), torch.cat([index + num, index]),
+            torch.arange(2 * num, device=z1.device))
 
 
 def queue_contrastive_loss(q: Tensor,
@@ -244,13 +324,6 @@ def queue_contrastive_loss(q: Tensor,
     the queue is then used without a copy (see ``_QueueLogits``).
     """
     _check_mode(mode)
-    if q.ndim != 2 or q.shape != k.shape:
-        raise ValueError(f'q and k must both be [M, D] with equal shapes, got {tuple(q.shape)} '
-                         f'and {tuple(k.shape)}')
-    if queue.ndim != 2 or queue.shape[1] != q.shape[1]:
-        raise ValueError(f'queue must be [K, {q.shape[1]}], got {tuple(queue.shape)}')
-    if temperature <= 0:
-        raise ValueError(f'temperature must be positive, got {temperature}')
     if (labels is None) != (queue_labels is None):
         raise ValueError('labels and queue_labels must be given together')
     num, size = q.shape[0], queue.shape[0]
@@ -260,12 +333,8 @@ def queue_contrastive_loss(q: Tensor,
         raise ValueError(f'labels have {labels.shape[0]} levels but queue_labels have '
                          f'{queue_labels.shape[0]}')
 
-    l_pos = (q * k).sum(dim=1, keepdim=True)
-    if overwritten is None or not q.requires_grad or len(overwritten) > size:
-        l_neg = q @ queue.t()  # a wrap-around enqueue (batch > queue) would hit a row twice
-    else:
-        l_neg = _QueueLogits.apply(q, queue, overwritten)
-    logits = torch.cat([l_pos, l_neg], dim=1) / temperature
+    l_pos, l_neg = _queue_logits(q, k, queue, temperature, overwritten)
+    logits = torch.cat([l_pos.unsqueeze(1), l_neg], dim=1)
     if labels is None:
         return F.cross_entropy(logits, logits.new_zeros(num, dtype=torch.long))
 
@@ -275,6 +344,24 @@ def queue_contrastive_loss(q: Tensor,
     column_labels = torch.cat([queue_labels[:, :1], queue_labels], dim=1)
     return _label_masked_nce(logits, logits.new_zeros(num, dtype=torch.long), None, labels,
                              column_labels, mode).mean()
+
+
+def _queue_logits(q: Tensor, k: Tensor, queue: Tensor, temperature: float,
+                  overwritten: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """MoCo's logits / τ: each query with its own key ``[M]`` and with the queue ``[M, K]``."""
+    if q.ndim != 2 or q.shape != k.shape:
+        raise ValueError(f'q and k must both be [M, D] with equal shapes, got {tuple(q.shape)} '
+                         f'and {tuple(k.shape)}')
+    if queue.ndim != 2 or queue.shape[1] != q.shape[1]:
+        raise ValueError(f'queue must be [K, {q.shape[1]}], got {tuple(queue.shape)}')
+    if temperature <= 0:
+        raise ValueError(f'temperature must be positive, got {temperature}')
+    l_pos = (q * k).sum(dim=1)
+    if overwritten is None or not q.requires_grad or len(overwritten) > queue.shape[0]:
+        l_neg = q @ queue.t()  # a wrap-around enqueue (batch > queue) would hit a row twice
+    else:
+        l_neg = _QueueLogits.apply(q, queue, overwritten)
+    return l_pos / temperature, l_neg / temperature
 
 
 class _QueueLogits(torch.autograd.Function):
@@ -309,6 +396,215 @@ class _QueueLogits(torch.autograd.Function):
         if writes:
             grad_q = grad_q + grad[:, slots] @ (old_rows - queue[slots])
         return grad_q, None, None
+
+
+def check_debiasing(tau_plus: float, beta: float) -> None:
+    """Refuse a class prior τ⁺ outside [0, 1) or a negative hardness β, naming the fix."""
+    if not 0 <= tau_plus < 1:
+        raise ValueError(f'tau_plus (the class prior τ⁺) must be in [0, 1), got {tau_plus}: use '
+                         'about 1 / number of classes (0 gives the uncorrected loss)')
+    if not beta >= 0 or math.isinf(beta):
+        raise ValueError(f'beta (the hardness β) must be a finite number >= 0, got {beta}: 0 gives '
+                         'the debiased loss, larger values weight harder negatives more')
+
+
+def debiased_nce(pos_logits: Tensor,
+                 neg_logits: Tensor,
+                 temperature: float,
+                 tau_plus: float = 0.1,
+                 beta: float = 0.0,
+                 negatives: Optional[Tensor] = None) -> Tensor:
+    """Per-anchor debiased (β = 0) or hard-negative (β > 0) contrastive loss ``[A]`` from logits.
+
+    Chuang et al. (NeurIPS 2020) with the reweighting of Robinson et al. (ICLR 2021). The logits
+    are similarities / τ: ``pos_logits`` [A], ``neg_logits`` [A, C] of which ``negatives`` [A, C]
+    marks the N negatives of each row (all C when ``None``). With pos = exp(pos_logit),
+    neg_i = exp(neg_logit_i), imp_i = neg_i^β and R = N Σ imp_i·neg_i / Σ imp_i (R = Σ neg_i at
+    β = 0): Ng = max((R − τ⁺·N·pos) / (1 − τ⁺), N·e^(−1/τ)) and loss = −log(pos / (pos + Ng)).
+    Computed in log space (no exp of large logits); gradients flow through the weights imp_i, as
+    in the authors' code.
+    """
+    check_debiasing(tau_plus, beta)
+    if temperature <= 0:
+        raise ValueError(f'temperature must be positive, got {temperature}')
+    if neg_logits.ndim != 2 or pos_logits.shape != neg_logits.shape[:1]:
+        raise ValueError(f'pos_logits must be [A] and neg_logits [A, C], got '
+                         f'{tuple(pos_logits.shape)} and {tuple(neg_logits.shape)}')
+    if negatives is None:
+        masked = neg_logits
+        log_num = torch.full_like(pos_logits, math.log(neg_logits.shape[1]))
+    else:
+        masked = neg_logits.masked_fill(~negatives, float('-inf'))
+        log_num = negatives.sum(dim=1).to(neg_logits.dtype).log()
+    if beta == 0:
+        log_neg = torch.logsumexp(masked, dim=1)
+    else:
+        log_neg = (log_num + torch.logsumexp((beta + 1) * masked, dim=1)
+                   - torch.logsumexp(beta * masked, dim=1))
+    if tau_plus > 0:
+        # log(R − τ⁺·N·pos) where R is the larger; elsewhere the clamp below gives Ng. The inner
+        # where keeps log1p's argument above -1, so the unused branch has a finite gradient.
+        gap = math.log(tau_plus) + log_num + pos_logits - log_neg
+        below = gap < 0
+        corrected = log_neg + torch.log1p(-torch.exp(torch.where(below, gap, -1.0)))
+        log_neg = torch.where(below, corrected, float('-inf')) - math.log1p(-tau_plus)
+    log_ng = torch.maximum(log_neg, log_num - 1.0 / temperature)
+    return torch.logaddexp(pos_logits, log_ng) - pos_logits
+
+
+def debiased_loss_from_candidates(anchors: Tensor,
+                                  candidates: Tensor,
+                                  positive_index: Tensor,
+                                  self_index: Tensor,
+                                  temperature: float = 0.5,
+                                  tau_plus: float = 0.1,
+                                  beta: float = 0.0) -> Tensor:
+    """Per-anchor :func:`debiased_nce` ``[A]``: every candidate but the anchor and its positive is
+    a negative (N = C − 2 for SimCLR's 2M views, gathered over the ranks)."""
+    _check_candidates(anchors, candidates, positive_index, self_index, temperature)
+    logits, excluded, positive_index = _candidate_logits(anchors, candidates, positive_index,
+                                                         self_index, temperature)
+    pos_column = positive_index.unsqueeze(1)
+    negatives = (~excluded).scatter_(1, pos_column, False)
+    return debiased_nce(logits.gather(1, pos_column).squeeze(1), logits, temperature, tau_plus,
+                        beta, negatives)
+
+
+def debiased_contrastive_loss(z1: Tensor,
+                              z2: Tensor,
+                              temperature: float = 0.5,
+                              tau_plus: float = 0.1,
+                              beta: float = 0.0) -> Tensor:
+    """Debiased (β = 0) or hard-negative (β > 0) loss of SimCLR's 2M views, mean over anchors."""
+    views, positive_index, self_index = _batch_views(z1, z2)
+    return debiased_loss_from_candidates(views, views, positive_index, self_index, temperature,
+                                         tau_plus, beta).mean()
+
+
+def queue_debiased_loss(q: Tensor,
+                        k: Tensor,
+                        queue: Tensor,
+                        temperature: float = 0.2,
+                        tau_plus: float = 0.01,
+                        beta: float = 0.0,
+                        overwritten: Optional[Tensor] = None) -> Tensor:
+    """Debiased / hard-negative loss on MoCo's queue (N = K negatives), mean over the M queries.
+
+    ``overwritten``: queue rows the caller's enqueue overwrites before the backward (see
+    :func:`queue_contrastive_loss`).
+    """
+    pos, neg = _queue_logits(q, k, queue, temperature, overwritten)
+    return debiased_nce(pos, neg, temperature, tau_plus, beta).mean()
+
+
+FNC_STRATEGIES = ('elim', 'attr')
+FNC_AGGREGATIONS = ('mean', 'max')
+
+
+def check_fnc_options(strategy: str, top_k: Optional[int], threshold: Optional[float],
+                      aggregation: str) -> None:
+    """Refuse FNC settings that cannot work, naming the fix."""
+    if strategy not in FNC_STRATEGIES:
+        raise ValueError(f'FNC strategy must be one of {FNC_STRATEGIES} (elimination or '
+                         f'attraction), got {strategy!r}')
+    _check_fnc_selection(top_k, threshold, aggregation)
+
+
+def _check_fnc_selection(top_k: Optional[int], threshold: Optional[float],
+                         aggregation: str) -> None:
+    if aggregation not in FNC_AGGREGATIONS:
+        raise ValueError(f'FNC aggregation must be one of {FNC_AGGREGATIONS}, got {aggregation!r}')
+    if (top_k is None) == (threshold is None):
+        raise ValueError(f'FNC needs exactly one of top_k and threshold, got top_k={top_k} and '
+                         f'threshold={threshold}: set the other to None')
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+        raise ValueError(f'FNC top_k must be an int >= 1 (false negatives per anchor image), got '
+                         f'{top_k!r}')
+    if threshold is not None and not -1 <= threshold < 1:
+        raise ValueError(f'FNC threshold is a cosine similarity and must be in [-1, 1), got '
+                         f'{threshold}')
+
+
+@torch.no_grad()
+def fnc_false_negatives(support: Tensor,
+                        candidate_views: Tensor,
+                        own_index: Tensor,
+                        top_k: Optional[int] = None,
+                        threshold: Optional[float] = None,
+                        aggregation: str = 'mean') -> Tensor:
+    """FNC's false negatives ``[M, N]`` of M anchor images among N candidate images (boolean).
+
+    ``support`` [M, S, D]: the anchor images' S support-view embeddings; ``candidate_views``
+    [V, N, D]: the V views of each candidate image (all L2-normalised); ``own_index[m]``: anchor
+    image m's own column (never flagged). The score of (m, n) aggregates cos(support, view) over
+    the S × V pairs (``'mean'`` or ``'max'``), so both views of an image are flagged together;
+    flagged are each row's ``top_k`` highest scores or the scores above ``threshold``.
+    """
+    _check_fnc_selection(top_k, threshold, aggregation)
+    if support.ndim != 3 or candidate_views.ndim != 3 or support.shape[2] != candidate_views.shape[2]:
+        raise ValueError(f'support must be [M, S, D] and candidate_views [V, N, D], got '
+                         f'{tuple(support.shape)} and {tuple(candidate_views.shape)}')
+    (num, views, dim), size = support.shape, candidate_views.shape[1]
+    if own_index.shape != (num, ):
+        raise ValueError(f'own_index must have shape [{num}], got {tuple(own_index.shape)}')
+    sims = (support.reshape(-1, dim) @ candidate_views.reshape(-1, dim).t()).view(
+        num, views, candidate_views.shape[0], size)
+    scores = sims.mean(dim=(1, 2)) if aggregation == 'mean' else sims.amax(dim=(1, 2))
+    own = torch.arange(size, device=scores.device).unsqueeze(0) == own_index.to(scores.device).unsqueeze(1)
+    if threshold is not None:
+        return (scores > threshold) & ~own
+    if top_k >= size - 1:
+        raise ValueError(f'FNC top_k={top_k} would flag all {size - 1} other images of the batch '
+                         f'(every negative): use top_k below {size - 1} or a larger batch')
+    top = scores.masked_fill(own, float('-inf')).topk(top_k, dim=1).indices
+    return torch.zeros_like(own).scatter_(1, top, True)
+
+
+def fnc_loss(z1: Tensor,
+             z2: Tensor,
+             support: Tensor,
+             temperature: float = 0.5,
+             strategy: str = 'elim',
+             top_k: Optional[int] = None,
+             threshold: Optional[float] = None,
+             aggregation: str = 'mean') -> Tensor:
+    """FNC on SimCLR's 2M views of one process, mean over anchors; ``support`` is [M, S, D].
+
+    The flags of :func:`fnc_false_negatives` (image-wise, for both views of each anchor and
+    candidate image) go to :func:`contrastive_loss_from_mask` with ``strategy`` as its mode.
+    """
+    check_fnc_options(strategy, top_k, threshold, aggregation)
+    views, positive_index, self_index = _batch_views(z1, z2)
+    num = z1.shape[0]
+    flags = fnc_false_negatives(support, views.detach().view(2, num, -1),
+                                torch.arange(num, device=z1.device), top_k, threshold, aggregation)
+    return contrastive_loss_from_mask(views, views, positive_index, self_index, flags.repeat(2, 2),
+                                      temperature, strategy).mean()
+
+
+def false_negative_detection_counts(flagged: Optional[Tensor],
+                                    negatives: Tensor,
+                                    anchor_classes: Tensor,
+                                    candidate_classes: Tensor,
+                                    levels: int = 1) -> Tensor:
+    """Counts ``[L, 3]`` (float64): flagged negatives, flagged of the anchor's class, same-class negatives.
+
+    ``flagged`` [L, A, C] marks the candidates a loss treats as false negatives (``None``: none
+    at any of ``levels``), ``negatives`` [A, C] the anchor's negatives; pairs with an unknown
+    class (< 0) on either side are left out. Computed on the device, with no host sync.
+    """
+    known = (anchor_classes >= 0).unsqueeze(1) & (candidate_classes >= 0).unsqueeze(0)
+    negatives = negatives & known
+    same = negatives & (anchor_classes.unsqueeze(1) == candidate_classes.unsqueeze(0))
+    num_same = same.sum().to(torch.float64).expand(levels)
+    if flagged is None:
+        zeros = num_same.new_zeros(levels)
+        return torch.stack([zeros, zeros, num_same], dim=1)
+    if flagged.ndim != 3 or flagged.shape[0] != levels:
+        raise ValueError(f'flagged must be [{levels}, A, C], got {tuple(flagged.shape)}')
+    flagged = flagged & negatives
+    return torch.stack([flagged.sum(dim=(1, 2)).to(torch.float64),
+                        (flagged & same).sum(dim=(1, 2)).to(torch.float64), num_same], dim=1)
 
 
 def proto_nce_loss(z: Tensor, centroids: Sequence[Tensor], assignments: Tensor,
