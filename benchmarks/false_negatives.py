@@ -12,7 +12,7 @@ with its mean and a 95 % t-interval; and the share of the SimCLR -> SupCon gap e
 closes, with Fieller's 95 % interval for a ratio of paired means. IFND's MTPR / MTNR (Sec. 4.4)
 and acceptance rate per clustering round come from its ``pseudo_labels/rounds.json``; the
 precision and recall of the negatives IFND and FNC flag, per epoch in the batches trained on,
-from the runs' logged ``fn_precision`` / ``fn_recall``. A picture shows kNN top-1 over epochs
+from the runs' logged ``train/fn_precision`` / ``train/fn_recall``. A picture shows kNN top-1 over epochs
 (mean line, sd band), IFND's rounds and the flagging methods' precision and recall.
 
 ``--eval-split val`` holds a class-balanced part of the training split out of training and
@@ -98,7 +98,7 @@ CLOSERS = tuple(m for m in METHODS if m not in ('simclr', 'supcon'))
 # Methods that flag individual negatives as false: their in-batch detection precision and recall
 # (against the ground-truth classes) are logged per epoch by FalseNegativeDetectionHook.
 FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr')
-DETECTION_KEYS = ('fn_precision', 'fn_recall')
+DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
 
 # None means: keep the config's value. The cpu values were chosen on the val split (README).
 PRESETS = {
@@ -652,14 +652,11 @@ def collect(plan: dict, record: dict, args: argparse.Namespace) -> dict:
 
 
 def flagged_negatives(work_dir: str) -> dict | None:
-    """Per-epoch precision and recall (%) of the negatives a method flagged as false, and their
-    means over the run; None for a run that did not log them (trained before they were logged)."""
+    """Per-epoch precision and recall (%) of flagged negatives and their means; None if unlogged."""
     try:
-        history = {key: read_scalars(work_dir, key, None) for key in DETECTION_KEYS}
+        result = {key: read_scalars(work_dir, key, None) for key in DETECTION_KEYS}
     except RuntimeError:
         return None
-    result = {key: [(step, 100.0 * value) for step, value in values]
-              for key, values in history.items()}
     result.update({f'{key}_mean': float(np.nanmean([v for _, v in values]))
                    for key, values in result.items()})
     return result
@@ -915,7 +912,7 @@ def plot(result: dict, path: str) -> None:
                 epochs = sorted(set.intersection(*(set(h) for h in histories)))
                 values = np.array([[h[e] for e in epochs] for h in histories])
                 ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3,
-                        label=f"{TITLES[m]} {key.split('_')[1]}")
+                        label=f"{TITLES[m]} {key.split('_')[-1]}")
         ax.set(xlabel='epoch', ylabel='%', ylim=(0, 102),
                title='negatives flagged as false: precision, recall')
         ax.grid(alpha=0.3)

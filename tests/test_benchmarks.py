@@ -125,10 +125,12 @@ def test_false_negatives_dry_run_commands(capsys):
                                             '--seeds', '0', '7', '--linear-epochs', '5'])
     assert result == {}
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
-    assert len(commands) == 2 * 4 * 2
+    assert len(commands) == 2 * 8 * 2
     pretrain, linear = commands[0::2], commands[1::2]
-    configs = ('simclr_r18', 'ifnd_r18', 'supcon_r18', 'oracle_elim_r18') * 2
-    for line, config, seed in zip(pretrain, configs, [0] * 4 + [7] * 4):
+    configs = ('simclr/simclr_r18', 'ifnd/ifnd_r18', 'ifnd/supcon_r18', 'ifnd/oracle_elim_r18',
+               'debiased/debiased_r18', 'hard_negative/hard_negative_r18', 'fnc/fnc_elim_r18',
+               'fnc/fnc_attr_r18') * 2
+    for line, config, seed in zip(pretrain, configs, [0] * 8 + [7] * 8, strict=True):
         assert config in line and 'tools/train.py' in line
         assert f'randomness.seed={seed} ' in line and f'seed_{seed} ' in line
         assert 'train_cfg.max_epochs=3' in line
@@ -146,7 +148,7 @@ def test_false_negatives_dry_run_commands(capsys):
     # k-means is seeded by the run seed.
     assert 'custom_hooks.1.interval=5' in pretrain[1]
     assert 'custom_hooks.0.interval=3' in pretrain[1] and 'custom_hooks.0.seed=0' in pretrain[1]
-    assert 'custom_hooks.0.seed=7' in pretrain[5]
+    assert 'custom_hooks.0.seed=7' in pretrain[9]
     assert 'custom_hooks.0.interval=5' in pretrain[0]
 
 
@@ -333,15 +335,16 @@ def test_flagged_negatives_are_read_per_epoch_and_tabled(tmp_path):
         work_dir = tmp_path / f'seed_{seed}'
         (work_dir / '20240101_000000' / 'vis_data').mkdir(parents=True)
         lines = [json.dumps({'loss': 1.0, 'step': 3})]
-        lines += [json.dumps({'fn_precision': 0.5 + 0.1 * seed, 'fn_recall': r, 'step': e + 1})
+        lines += [json.dumps({'train/fn_precision': 50 + 10 * seed, 'train/fn_recall': 100 * r,
+                              'step': e + 1})
                   for e, r in enumerate(recalls)]
         (work_dir / '20240101_000000' / 'vis_data' / 'scalars.json').write_text(
             '\n'.join(lines) + '\n')
         flagged = bench.flagged_negatives(str(work_dir))
-        assert [e for e, _ in flagged['fn_recall']] == [1, 2]
-        assert [v for _, v in flagged['fn_recall']] == pytest.approx([100 * r for r in recalls])
-        assert flagged['fn_recall_mean'] == pytest.approx(50 * sum(recalls))
-        assert flagged['fn_precision_mean'] == pytest.approx(50 + 10 * seed)
+        assert [e for e, _ in flagged['train/fn_recall']] == [1, 2]
+        assert [v for _, v in flagged['train/fn_recall']] == pytest.approx([100 * r for r in recalls])
+        assert flagged['train/fn_recall_mean'] == pytest.approx(50 * sum(recalls))
+        assert flagged['train/fn_precision_mean'] == pytest.approx(50 + 10 * seed)
         for method, top1 in (('simclr', 80.0 + seed), ('supcon', 90.0), ('fnc_elim', 82.0)):
             runs.append({'method': method, 'seed': seed, 'top1': top1, 'top1_history': [(2, top1)],
                          'seconds': 1.0, **({'flagged': flagged} if method == 'fnc_elim' else {})})

@@ -24,9 +24,10 @@ class FalseNegativeDetectionHook(Hook):
     precision = flagged of the class / flagged and recall = flagged of the class / same-class
     negatives, in percent, logged as ``train/fn_precision`` and ``train/fn_recall`` (the mean of
     the levels' values, as the loss averages its levels) and, with several levels, per level as
-    ``train/fn_precision/k<clusters>`` etc., at step = epochs done; a data set without labels is
-    skipped with one log line. The message hub keeps the last epoch's values, so iteration log
-    lines show them too.
+    ``train/fn_precision/k<clusters>`` etc., to the visualiser at step = epochs done (beside
+    PseudoLabelHook's MTPR/MTNR) and in one log line; a data set without labels is skipped with one
+    log line. They are not put in the message hub, whose ``train/`` scalars the logger would write
+    again at every logged iteration, under the iteration's step.
     """
 
     priority = 'NORMAL'
@@ -68,9 +69,6 @@ class FalseNegativeDetectionHook(Hook):
             if len(values) > 1:
                 scalars.update({f'train/{key}/{name}': float(v) for name, v in zip(names, values)
                                 if not math.isnan(v)})
-        for key in ('train/fn_precision', 'train/fn_recall'):
-            if key in scalars:
-                runner.message_hub.update_scalar(key, scalars[key])
         if is_main_process():
             epoch = runner.epoch + 1
             runner.visualizer.add_scalars(scalars, step=epoch)
