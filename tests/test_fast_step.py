@@ -4,11 +4,10 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import TINY_BACKBONE, TINY_NECK
+from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ifnd.engine import cli
 from ifnd.registry import MODELS
@@ -270,25 +269,6 @@ def test_step_cost_benchmark_speed_options_and_encoder_row(capsys):
         bench.main(['--amp', '--device', 'cpu', '--pairs', 'simclr', '--num-samples', '64'])
 
 
-# Ops that read a device value on the host (each waits for the device): .item() / bool() / int()
-# and friends end in _local_scalar_dense; nonzero(), masked_select and boolean-mask indexing need the
-# count of True values for their output size.
-SYNC_OPS = ('aten::_local_scalar_dense', 'aten::nonzero', 'aten::is_nonzero', 'aten::item', 'aten::equal',
-            'aten::masked_select', 'aten::unique_consecutive', 'aten::_unique2')
-MASK_INDEX_OPS = ('aten::index', 'aten::index_put', 'aten::index_put_', 'aten::_index_put_impl_')
-
-
-class _RefuseSyncOps(TorchDispatchMode):
-    """Raise on every host-sync op dispatched (forward, autograd's backward and optimiser alike)."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if name in SYNC_OPS or (name in MASK_INDEX_OPS and any(
-                isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1] if i is not None)):
-            raise AssertionError(f'{name} (a host sync) dispatched in the training step')
-        return func(*args, **(kwargs or {}))
-
-
 def _device_view_batch(kind, view, root):
     from ifnd.datasets import Digits, ImageFolder
     from ifnd.datasets.datasets import batch_collate
@@ -322,7 +302,7 @@ def test_device_view_train_step_makes_no_host_sync(cfg, kind, view, tmp_path):
     batch = _device_view_batch(kind, view, tmp_path)
     assert 'augment' in batch  # the views are made in the step, not by the loader
     before = model.backbone.model.conv1.weight.detach().clone()
-    with _host_sync_forbidden(), _RefuseSyncOps():
+    with _host_sync_forbidden(), HostSyncOps(refuse=True):
         log = model.train_step(batch, wrapper)
     assert torch.isfinite(log['loss']) and not torch.equal(before, model.backbone.model.conv1.weight)
     if torch.cuda.is_available():  # the real check, where a GPU is present (JPEGs decoded by nvJPEG)
@@ -340,5 +320,5 @@ def test_device_view_train_step_makes_no_host_sync(cfg, kind, view, tmp_path):
 def test_sync_refusal_catches_the_ops_it_names():
     x = torch.tensor([1.0, 0.0])
     for op in (lambda: bool(x[0]), lambda: x.nonzero(), lambda: x[x > 0], lambda: torch.equal(x, x)):
-        with pytest.raises(AssertionError, match='host sync'), _RefuseSyncOps():
+        with pytest.raises(AssertionError, match='host sync'), HostSyncOps(refuse=True):
             op()
