@@ -1,8 +1,11 @@
-"""Runner hooks: online kNN evaluation, pseudo-label assignment, resumable seeding, loss checks."""
+"""Runner hooks: online kNN evaluation, pseudo-label assignment, resumable seeding, loss checks,
+logging without per-step host syncs."""
 from .knn_hook import KNNEvalHook
 from .pseudo_label_hook import PseudoLabelHook
 from .reliability import ReseedHook, FiniteLossHook
+from .runtime_info import BufferedRuntimeInfoHook
 from .eval_hooks import FrozenBackboneCheckHook, PreciseBNHook, recompute_bn_statistics, state_fingerprint
 
 __all__ = ['KNNEvalHook', 'PseudoLabelHook', 'FrozenBackboneCheckHook', 'PreciseBNHook',
-           'recompute_bn_statistics', 'state_fingerprint', 'ReseedHook', 'FiniteLossHook']
+           'recompute_bn_statistics', 'state_fingerprint', 'ReseedHook', 'FiniteLossHook',
+           'BufferedRuntimeInfoHook']
