@@ -1,12 +1,13 @@
 """The fast training step: channels_last, compile, AMP choice, fused SGD / LARS, no host sync."""
 import contextlib
+import glob
 import os.path as osp
 
 import pytest
 import torch
 from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps
 from mmengine.config import Config
-from mmengine.optim import build_optim_wrapper
+from mmengine.optim import AmpOptimWrapper, build_optim_wrapper
 from mmengine.registry import init_default_scope
 
 from ifnd.engine import cli
@@ -54,7 +55,7 @@ def test_compiled_backbone_trains_a_step_with_unchanged_state_dict_keys():
     assert torch.isfinite(log['loss'])
     assert model.backbone._compiled and model.momentum_backbone._compiled
     assert not torch.equal(before, model.backbone.model.conv1.weight)
-    with pytest.raises(ValueError, match='compile must be a bool or a dict'):
+    with pytest.raises(ValueError, match="compile must be a bool, 'auto' or a dict"):
         MODELS.build(dict(TINY_BACKBONE, compile='yes'))
 
 
@@ -72,6 +73,57 @@ def test_amp_picks_bfloat16_without_scaler_when_supported(monkeypatch, tmp_path,
     assert (scale == 'dynamic') if scaler_enabled else (scale == dict(enabled=False))
     # An explicit dtype in the config wins, and float16 always gets its dynamic scaler.
     assert cli.amp_options('float16') == dict(dtype='float16', loss_scale='dynamic')
+
+
+def _gpu_recipes() -> list[str]:
+    """The pre-training configs with a ResNet-50, and the device-views Fashion-MNIST config."""
+    found = []
+    for path in sorted(glob.glob(osp.join(CONFIGS, '**', '*.py'), recursive=True)):
+        name = osp.relpath(path, CONFIGS)
+        if name.startswith(('_base_', 'benchmarks')):
+            continue
+        if Config.fromfile(path).model.backbone.get('model_name') == 'resnet50':
+            found.append(name)
+    return found + ['ifnd/ifnd_r18_200e_fmnist_device_aug.py']
+
+
+@pytest.mark.parametrize('cuda', [False, True], ids=['cpu', 'cuda'])
+def test_gpu_recipes_train_in_bf16_compiled_where_cuda_is_present(monkeypatch, tmp_path, cuda):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: cuda)
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *a, **k: True)
+    recipes = _gpu_recipes()
+    assert {'ifnd_r50_200e_in1k.py', 'mocov2/mocov2_r50_200e_in1k.py',
+            'simclr/simclr_r50_1000e_cifar10.py', 'ifnd/ifnd_r50_1000e_cifar100.py'} <= set(recipes)
+    tiny = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK))
+
+    def resolved(cfg):
+        wrapper = build_optim_wrapper(tiny, cfg.optim_wrapper)
+        amp = isinstance(wrapper, AmpOptimWrapper)
+        if amp:  # bfloat16 autocast, no loss scaler (no inf check syncing every step)
+            assert wrapper.cast_dtype == torch.bfloat16 and not wrapper.loss_scaler.is_enabled()
+        backbone = built.get(repr(cfg.model.backbone))
+        if backbone is None:  # the real backbones, each distinct one once
+            backbone = built[repr(cfg.model.backbone)] = MODELS.build(cfg.model.backbone)
+        return amp, backbone.compile_cfg is not None, backbone.channels_last
+
+    built = {}
+    for name in recipes:
+        cfg = Config.fromfile(osp.join(CONFIGS, name))
+        assert resolved(cfg) == (cuda, cuda, True), name
+    # Each can be turned off, e.g. on a GPU.
+    off = cli.runner_config(osp.join(CONFIGS, recipes[0]), str(tmp_path), cfg_options={
+        'optim_wrapper.type': 'OptimWrapper', 'model.backbone.compile': False})
+    assert resolved(off) == (False, False, True)
+    # The CPU-views recipe stays float32 and uncompiled even where CUDA is present.
+    cfg = Config.fromfile(osp.join(CONFIGS, 'simclr', 'simclr_r18_200e_fmnist.py'))
+    assert resolved(cfg) == (False, False, True)
+    # 'auto' compiles only a network that runs on CUDA: not this one, on the CPU.
+    backbone = MODELS.build(dict(TINY_BACKBONE, compile='auto'))
+    backbone(torch.rand(2, 3, 8, 8))
+    assert not backbone._compiled
+    if cuda:  # --amp on an AutoAmpOptimWrapper recipe: the same mixed precision
+        cfg = cli.runner_config(osp.join(CONFIGS, recipes[0]), str(tmp_path), amp=True)
+        assert resolved(cfg)[0]
 
 
 def _schedule(name):
