@@ -45,6 +45,11 @@ class PseudoLabelHook(Hook):
     completed. ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
     per-cluster concentration. Each round's labels and confidences are saved under
     ``work_dir/pseudo_labels/``.
+
+    Features are extracted in batches of ``batch_size``: by default 2048 where the training set
+    is held on the device (``augment_on='device'``: the uint8 images are read there and the eval
+    view made there, no DataLoader), else 256 through a DataLoader with ``num_workers``;
+    ``autocast``: the encoder runs in bfloat16 autocast where it is on CUDA (float32 on a CPU).
     """
 
     priority = 'NORMAL'  # before CheckpointHook, so each checkpoint holds the new labels
@@ -60,7 +65,8 @@ class PseudoLabelHook(Hook):
                  scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
                  feature: str = 'z', confidence: str = 'kappa', temperature: float | None = None,
                  kmeans: dict | None = None, seed: int = 0, dataset: dict | None = None,
-                 batch_size: int = 256, num_workers: int = 2, save_labels: bool = True) -> None:
+                 batch_size: int | None = None, num_workers: int = 2, save_labels: bool = True,
+                 autocast: bool = True) -> None:
         if isinstance(num_clusters, int) or not num_clusters:
             raise ValueError(f'PseudoLabelHook num_clusters must be a non-empty list of k, one per '
                              f'level, got {num_clusters!r}; e.g. num_clusters=[10, 30, 100]')
@@ -73,6 +79,9 @@ class PseudoLabelHook(Hook):
             raise ValueError(f'confidence must be one of {CONFIDENCES}, got {confidence!r}')
         if interval < 1:
             raise ValueError(f'PseudoLabelHook interval must be >= 1, got {interval}')
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f'PseudoLabelHook batch_size must be >= 1 (or None: 2048 for data held '
+                             f'on the device, else 256), got {batch_size}')
         acceptance_rate(0, 1, scheme, final_rate, step_epoch)  # validates the schedule now
         self.num_clusters = list(num_clusters)
         self.pipeline = pipeline
@@ -105,6 +114,7 @@ class PseudoLabelHook(Hook):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.save_labels = save_labels
+        self.autocast = autocast
         self._dataset = None
 
     def _data(self, runner):
@@ -161,7 +171,8 @@ class PseudoLabelHook(Hook):
         # Sharded, every rank keeps its own features; otherwise all are gathered everywhere.
         feats, true_labels = extract_features(runner.model, dataset, self.feature, self.batch_size,
                                               self.num_workers, desc=f'clustering round '
-                                              f'(epoch {epochs_done})', gather=not sharded)
+                                              f'(epoch {epochs_done})', gather=not sharded,
+                                              autocast=self.autocast)
         extract_s = time.perf_counter() - tic
         num, levels = len(dataset), len(self.num_clusters)
         labels = torch.empty(levels, num, dtype=torch.long, device=device)
