@@ -183,11 +183,10 @@ class PseudoLabelHook(Hook):
         if sharded or is_main_process():
             stats, round_labels, cents, concs = self._cluster(
                 feats.to(device), true_labels, num, backend, sharded, rate, epochs_done,
-                float(model.temperature), pcl, runner)
+                float(model.temperature), pcl, runner, extract_s)
         if not is_main_process():
             stats = {}  # other ranks of a sharded round only helped
         else:
-            stats['seconds_extract'] = extract_s
             labels.copy_(round_labels.to(device))
             for level, (c, phi) in enumerate(zip(cents, concs)):
                 centroids[level, :len(c)] = c.to(device)
@@ -201,7 +200,7 @@ class PseudoLabelHook(Hook):
         return stats
 
     def _cluster(self, feats, true_labels, num, backend, sharded, rate, epochs_done, temperature,
-                 pcl, runner):
+                 pcl, runner, extract_s):
         """k-means, confidence and acceptance of one round: on rank 0 with all the features, or
         on every rank with its shard (``sharded``); logs and saves on rank 0."""
         seed = self.seed + 7919 * epochs_done  # a new seed every round, varied per level inside
@@ -220,7 +219,8 @@ class PseudoLabelHook(Hook):
         has_truth = bool((true_labels >= 0).all())
         round_labels, cents, concs, saved = [], [], [], {}
         first = results[0]
-        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_kmeans': kmeans_s,
+        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_extract': extract_s,
+                 'seconds_kmeans': kmeans_s,
                  'kmeans_backend': first.backend, 'kmeans_device': first.device,
                  'kmeans_processes': first.num_shards, 'levels': []}
         conf_s = 0.0
@@ -265,14 +265,15 @@ class PseudoLabelHook(Hook):
 
     def _log(self, runner, stats: dict) -> None:
         scalars = {f'ifnd/seconds_{part}': stats[f'seconds_{part}']
-                   for part in ('kmeans', 'confidence') if f'seconds_{part}' in stats}
+                   for part in ('extract', 'kmeans', 'confidence')}
         scalars['ifnd/rate'] = stats['rate']
         where = f'k-means: {stats["kmeans_backend"]} on {stats["kmeans_device"]}'
         if stats['kmeans_processes'] > 1:
             where += f' (sharded over {stats["kmeans_processes"]} processes)'
         lines = [f'Clustering round after {stats["epoch"]} epochs: acceptance rate '
-                 f'{stats["rate"]:.3f}, {where}, k-means {stats["seconds_kmeans"]:.1f}s, '
-                 f'confidence {stats["seconds_confidence"]:.1f}s']
+                 f'{stats["rate"]:.3f}, {where}, features {stats["seconds_extract"]:.1f}s, '
+                 f'k-means {stats["seconds_kmeans"]:.1f}s, confidence '
+                 f'{stats["seconds_confidence"]:.1f}s']
         for level in stats['levels']:
             tag = f'ifnd/k{level["k"]}'
             scalars.update({f'{tag}/{key}': value for key, value in level.items()
