@@ -135,3 +135,18 @@ def test_buffered_hook_refuses_bad_interval_and_non_scalar_outputs():
         BufferedRuntimeInfoHook(interval=0)
     with pytest.raises(ValueError, match=r"output 'loss' has shape \(2,\)"):
         BufferedRuntimeInfoHook._detached({'loss': torch.ones(2)})
+
+
+def test_flushes_at_its_interval_the_loggers_iteration_checkpoints_and_epoch_ends():
+    import types
+    hook = BufferedRuntimeInfoHook(interval=4)
+    hook._log_intervals, hook._checkpoint_intervals = [3], [7]  # as before_train finds them
+    hook._every = 4
+    runner = types.SimpleNamespace(train_dataloader=[None] * 5, max_iters=12, iter=0)
+    due = []
+    for iteration in range(1, 13):
+        runner.iter = iteration - 1
+        if hook._due(runner, batch_idx=(iteration - 1) % 5):
+            due.append(iteration)
+    # first; inner 3 and 4 of each epoch of 5; epoch ends 5, 10; checkpoint 7; last 12
+    assert due == [1, 3, 4, 5, 7, 8, 9, 10, 12]

@@ -35,6 +35,7 @@ class BufferedRuntimeInfoHook(RuntimeInfoHook):
             raise ValueError(f'BufferedRuntimeInfoHook interval must be a positive integer or None '
                              f'(the LoggerHook interval), got {interval!r}')
         self.interval = interval
+        self._every = interval or 1  # set from the logger in before_train when interval is None
         self._pending: list[tuple[int, dict]] = []
         self._first = True
         self._log_intervals: list[int] = []
@@ -49,8 +50,7 @@ class BufferedRuntimeInfoHook(RuntimeInfoHook):
         self._checkpoint_intervals = [h.interval for h in hooks
                                       if isinstance(h, CheckpointHook) and not h.by_epoch
                                       and h.interval > 0]
-        if self.interval is None:
-            self.interval = min(self._log_intervals, default=50)
+        self._every = self.interval or min(self._log_intervals, default=50)
         self._pending = []
         self._first = True
 
@@ -74,7 +74,7 @@ class BufferedRuntimeInfoHook(RuntimeInfoHook):
         if self._first:  # the first step: its keys enter the hub in mmengine's order
             self._first = False
             return True
-        return (self.every_n_inner_iters(batch_idx, self.interval)
+        return (self.every_n_inner_iters(batch_idx, self._every)
                 or any(self.every_n_inner_iters(batch_idx, n) for n in self._log_intervals)
                 or any(self.every_n_train_iters(runner, n) for n in self._checkpoint_intervals)
                 or self.end_of_epoch(runner.train_dataloader, batch_idx)
