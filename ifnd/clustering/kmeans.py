@@ -171,17 +171,22 @@ class _Shard:
         out[self.positions] = values.double()
         return self.sum_(out)
 
-    def farthest(self, distances: Tensor, count: int) -> Tensor:
-        """Positions of the ``count`` largest distances; ties go to the lower position."""
+    def farthest_rows(self, distances: Tensor, count: int) -> Tensor:
+        """The training points of the ``count`` largest distances, largest first; ties go to the
+        lower position."""
         order = _largest(distances, self.positions, min(count, len(distances)))
-        values, positions = distances[order], self.positions[order]
         if not self.distributed:
-            return positions
-        pad = count - len(order)  # a rank may hold fewer points than asked for
-        values = torch.cat([values, values.new_full((pad, ), -math.inf)])
-        positions = torch.cat([positions, positions.new_full((pad, ), self.num)])
-        values, positions = torch.cat(all_gather(values)), torch.cat(all_gather(positions))
-        return positions[_largest(values, positions, count)]
+            return self.points[order]
+        # Each rank's candidates as (distance, position, point) rows in float64 (exact for all
+        # three), gathered in one collective: the winners' points come with them.
+        candidates = torch.cat([distances[order, None].double(),
+                                self.positions[order, None].double(), self.points[order].double()],
+                               dim=1)
+        pad = candidates.new_zeros(count - len(order), candidates.shape[1])  # a rank with fewer
+        pad[:, 0], pad[:, 1] = -math.inf, self.num
+        candidates = torch.cat(all_gather(torch.cat([candidates, pad])))
+        best = _largest(candidates[:, 0].float(), candidates[:, 1].long(), count)
+        return candidates[best, 2:].to(self.points.dtype)
 
 
 def _largest(values: Tensor, positions: Tensor, count: int) -> Tensor:
@@ -246,7 +251,7 @@ def _update_centroids(shard: _Shard, assignments: Tensor, distances: Tensor,
     # deterministic choice (no RNG) that targets the largest residuals, the j-th empty cluster
     # on the j-th farthest point. The k farthest are fetched whether or not a cluster is empty,
     # so no shape depends on the data and nothing is read on the host.
-    farthest = shard.rows(shard.farthest(distances, k))
+    farthest = shard.farthest_rows(distances, k)
     empty_rank = (torch.cumsum(counts == 0, dim=0) - 1).clamp_(min=0)
     return torch.where(filled, new, farthest[empty_rank])
 
