@@ -1,12 +1,14 @@
 """Pieces shared by the benchmark scripts: argparse help, device choice and timing."""
 import argparse
 import platform
+import time
+from collections.abc import Callable
 
 import torch
 
 from ifnd.engine.cli import resolve_device
 
-__all__ = ['HelpFormatter', 'describe_device', 'resolve_device', 'synchronize']
+__all__ = ['HelpFormatter', 'describe_device', 'resolve_device', 'synchronize', 'time_call']
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -30,3 +32,27 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued kernels, so wall-clock time covers all the work timed."""
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], object], device: torch.device) -> Callable[[], float]:
+    """Run ``fn`` and return a function that gives the seconds it took.
+
+    On a GPU, CUDA events recorded around it on the current stream time the work ``fn`` queued,
+    without a host sync between calls (read the time once a round's calls are queued); on a CPU,
+    ``perf_counter``.
+    """
+    if device.type == 'cuda':
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+
+        def seconds() -> float:
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+
+        return seconds
+    tic = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - tic
+    return lambda: elapsed

@@ -11,8 +11,16 @@ algorithms add around it.
 
 Speed options, each off by default so that runs stay comparable: ``--channels-last`` (NHWC
 weights and inputs), ``--amp`` (bfloat16 autocast without a loss scaler where the GPU supports
-it, else float16 with dynamic scaling: the choice of ``tools/train.py --amp``), ``--compile``
-(``torch.compile`` of the backbones), ``--fused`` (fused SGD).
+it, else float16 with dynamic scaling: what the GPU recipes' ``AutoAmpOptimWrapper`` and
+``tools/train.py --amp`` choose), ``--compile`` (``torch.compile`` of the backbones), ``--fused``
+(fused SGD).
+
+The head and the queue follow the recipes: with ``--model resnet50`` the ImageNet recipe's
+(``configs/ifnd_r50_200e_in1k.py``: 3-layer MLP 2048 wide to 128 with BN, queue 65536), else a
+3-layer head 512 wide (the ResNet-18 recipes') and a queue of 16384. On a GPU each step is timed
+by CUDA events around it, without a host sync between steps; on a CPU by ``perf_counter``. The
+warm-up is 10 steps per variant with ``--compile`` (compilation happens there), 3 on a GPU
+otherwise, 1 on a CPU.
 
 The label bank of the IFND variants is filled like a mid-training round: a share of the samples
 carries cluster ids (a few clusters per level), the rest unique negative labels, and the MoCo
@@ -32,8 +40,7 @@ import logging
 import os
 import statistics
 import sys
-import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from mmengine.logging import MMLogger
@@ -44,7 +51,12 @@ PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo')}
 ENCODER = 'Encoder'  # the backbone alone, forward + backward + update
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, resolve_device, synchronize  # noqa: E402
+from common import HelpFormatter, describe_device, resolve_device, time_call  # noqa: E402
+
+# Head width and queue length of the recipes, by backbone: ResNet-50 the ImageNet recipe's
+# (configs/ifnd_r50_200e_in1k.py), others the ResNet-18 recipes' head and a smaller queue.
+RECIPES = {'resnet50': dict(neck_hidden=2048, queue_len=65536)}
+DEFAULT_RECIPE = dict(neck_hidden=512, queue_len=16384)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -60,11 +72,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help='3x3 stride-1 stem without max-pool (ResNets, small images)')
     parser.add_argument('--batch-size', type=int, default=64, help='images per step (2 views each)')
     parser.add_argument('--image-size', type=int, default=32, help='input height and width')
-    parser.add_argument('--neck-hidden', type=int, default=512, help='projection head hidden size')
+    parser.add_argument('--neck-hidden', type=int, default=None,
+                        help='projection head hidden size (default: 2048 for resnet50, else 512)')
     parser.add_argument('--neck-layers', type=int, default=3, help='projection head depth')
     parser.add_argument('--out-dim', type=int, default=128, help='embedding size')
-    parser.add_argument('--queue-len', type=int, default=16384,
-                        help='MoCo queue length (65536 in the ImageNet recipe)')
+    parser.add_argument('--queue-len', type=int, default=None,
+                        help='MoCo queue length (default: 65536 for resnet50, the ImageNet '
+                        'recipe, else 16384)')
     parser.add_argument('--bn-splits', type=int, default=8,
                         help='MoCo key-encoder BN sub-batches (capped so each holds >= 2 images)')
     parser.add_argument('--num-samples', type=int, default=50000,
@@ -73,7 +87,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help='clusters per pseudo-label level (one level each)')
     parser.add_argument('--accepted', type=float, default=0.5,
                         help='share of samples carrying a cluster id; the rest get unique labels')
-    parser.add_argument('--warmup', type=int, default=1, help='untimed steps per variant first')
+    parser.add_argument('--warmup', type=int, default=None,
+                        help='untimed steps per variant first (default: 10 with --compile, '
+                        '3 on a GPU, else 1)')
     parser.add_argument('--repeats', type=int, default=5,
                         help='interleaved rounds; each runs --steps timed steps per variant')
     parser.add_argument('--steps', type=int, default=1, help='timed steps per variant per round')
@@ -94,10 +110,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--out', default=None, help='also write the results as JSON here')
     args = parser.parse_args(argv)
+    for name, value in RECIPES.get(args.model, DEFAULT_RECIPE).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     for name in ('batch_size', 'image_size', 'repeats', 'steps', 'queue_len', 'num_samples'):
         if getattr(args, name) < 1:
             parser.error(f'--{name.replace("_", "-")} must be >= 1')
-    if args.warmup < 0:
+    if args.warmup is not None and args.warmup < 0:
         parser.error('--warmup must be >= 0')
     if not 0.0 <= args.accepted <= 1.0:
         parser.error('--accepted must be in [0, 1]')
@@ -202,6 +221,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         raise SystemExit('--amp needs a CUDA device; leave it out on a CPU')
     if device.type == 'cuda':
         torch.backends.cudnn.benchmark = True
+    if args.warmup is None:
+        args.warmup = 10 if args.compile else 3 if device.type == 'cuda' else 1
     g = torch.Generator().manual_seed(args.seed)
     labels = realistic_labels(args.num_clusters, args.num_samples, args.accepted, g)
     names = [name for pair in args.pairs for name in PAIRS[pair]]
@@ -225,24 +246,22 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     batches = make_batches(args, device)
     counter = 0
 
-    def step(name: str) -> float:
+    def step(name: str) -> Callable[[], float]:
         nonlocal counter
         batch = batches[counter % len(batches)]
         counter += 1
-        synchronize(device)
-        tic = time.perf_counter()
-        models[name].train_step(batch, wrappers[name])
-        synchronize(device)
-        return time.perf_counter() - tic
+        return time_call(lambda: models[name].train_step(batch, wrappers[name]), device)
 
     for name in names:
         for _ in range(args.warmup):
-            step(name)
+            step(name)()
     times: dict[str, list[float]] = {name: [] for name in names}
     per_round: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.repeats):
+        # A whole round is queued before its times are read (on a GPU, one wait per round).
+        queued = {name: [step(name) for _ in range(args.steps)] for name in names}
         for name in names:
-            seconds = [step(name) for _ in range(args.steps)]
+            seconds = [read() for read in queued[name]]
             times[name].extend(seconds)
             per_round[name].append(statistics.median(seconds))
 
@@ -296,9 +315,11 @@ def markdown_table(result: dict) -> str:
     stem = ', CIFAR stem' if s['cifar_stem'] else ''
     lines = [
         f"Step cost on {result['device']} (torch {result['torch']}): {s['model']}{stem}, "
-        f"batch {s['batch_size']} x 2 views, {s['image_size']}px, queue {s['queue_len']}, "
+        f"batch {s['batch_size']} x 2 views, {s['image_size']}px, "
+        f"{s['neck_layers']}-layer head {s['neck_hidden']} wide to {s['out_dim']}, queue {s['queue_len']}, "
         f"{len(s['num_clusters'])} label levels ({s['accepted']:.0%} accepted), "
-        f"median of {s['repeats']} x {s['steps']} interleaved steps after {s['warmup']} warm-up"
+        f"median of {s['repeats']} x {s['steps']} interleaved steps after {s['warmup']} warm-up "
+        f"({'CUDA events' if result['device'].startswith('CUDA') else 'wall clock'})"
         f"{speed_options(s)}",
         '',
         '| Variant | ms/step (median) | min | max | images/s | x encoder |',

@@ -10,6 +10,16 @@ each once with ``augment_on='cpu'`` (torchvision views in ``--workers`` loader w
 batches without workers, JPEG files decoded by ``decode_jpeg`` on the device). Every iteration is
 logged (``log_processor.window_size=1``); the first ``--warmup`` iterations are left out and the
 median iteration time gives images/s (source images; each makes two views).
+
+``--preset fmnist-full`` instead trains the Fashion-MNIST recipe end to end, as a user would:
+IFND with a full-width ResNet-18 on all 60,000 training images, batch 256, through
+``tools/train.py`` with ``configs/ifnd/ifnd_r18_200e_fmnist_device_aug.py`` (views made on the
+device; on a GPU bfloat16, compiled, channels_last) and with ``configs/ifnd/ifnd_r18_200e_fmnist.py``
+(views made by 2 loader workers), for ``--epochs`` epochs with a clustering round before training
+and after every epoch. It reports the last epoch's images/s (iterations logged every 50, each
+logged time the mean of those 50, which ends on the device's own finish), the peak GPU memory, the
+last clustering round's seconds (feature extraction, k-means, confidence) and the wall time of the
+whole run, compilation included.
 """
 from __future__ import annotations
 
@@ -21,6 +31,7 @@ import os.path as osp
 import statistics
 import subprocess
 import sys
+import time
 from typing import Sequence
 
 import numpy as np
@@ -30,6 +41,11 @@ from common import HelpFormatter, describe_device, resolve_device  # noqa: E402
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 AUGMENT_ON = ('cpu', 'device')
+# --preset fmnist-full: the configs trained, by where their views are made.
+FMNIST_RECIPES = {'device': 'configs/ifnd/ifnd_r18_200e_fmnist_device_aug.py',
+                  'cpu': 'configs/ifnd/ifnd_r18_200e_fmnist.py'}
+# Iterations per logged (and averaged) time in the preset's runs.
+PRESET_LOG_INTERVAL = 50
 
 CONFIG = """\
 _base_ = [{runtime!r}, {dataset_base!r}]
@@ -69,7 +85,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument('--work-dir', default='work_dirs/throughput', help='configs, logs and the JPEG folder')
     p.add_argument('--python', default=sys.executable, help='interpreter that runs tools/train.py')
     p.add_argument('--out', help='write the results as JSON here')
-    return p.parse_args(argv)
+    p.add_argument('--preset', choices=('fmnist-full',),
+                   help='train the full Fashion-MNIST IFND recipe end to end instead (see above)')
+    p.add_argument('--epochs', type=int, default=2, help='epochs of each --preset run')
+    p.add_argument('--views', nargs='+', choices=AUGMENT_ON, default=['device', 'cpu'],
+                   help='--preset runs: views made on the device, by loader workers on the CPU, or both')
+    p.add_argument('--fmnist-root', help='--preset: Fashion-MNIST folder (default: the config\'s, '
+                   'Debian\'s /usr/share/datasets/fashion-mnist)')
+    p.add_argument('--cfg-options', nargs='+', default=[],
+                   help='--preset: more tools/train.py --cfg-options for every run, e.g. '
+                   'optim_wrapper.type=OptimWrapper model.backbone.compile=False')
+    p.add_argument('--dry-run', action='store_true', help='--preset: print the commands only')
+    args = p.parse_args(argv)
+    if args.epochs < 1:
+        p.error('--epochs must be >= 1')
+    return args
 
 
 def make_jpeg_folder(root: str, n: int, size: int, seed: int = 0) -> str:
@@ -181,10 +211,102 @@ def markdown_table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
+def preset_command(views: str, args: argparse.Namespace) -> tuple[list[str], str]:
+    """The tools/train.py command of one --preset run, and its work dir."""
+    work_dir = osp.abspath(osp.join(args.work_dir, f'fmnist_full_{views}'))
+    options = [f'train_cfg.max_epochs={args.epochs}',
+               'custom_hooks.0.interval=1',  # a clustering round after every epoch
+               f'default_hooks.logger.interval={PRESET_LOG_INTERVAL}',
+               f'log_processor.window_size={PRESET_LOG_INTERVAL}',
+               f'default_hooks.checkpoint.interval={args.epochs}']
+    if args.fmnist_root:
+        options += [f'train_dataloader.dataset.data_root={args.fmnist_root}',
+                    f'custom_hooks.1.val_dataset.data_root={args.fmnist_root}']
+    command = [args.python, 'tools/train.py', FMNIST_RECIPES[views], '--work-dir', work_dir,
+               '--cfg-options', *options, *args.cfg_options]
+    return command, work_dir
+
+
+def preset_result(views: str, work_dir: str, epochs: int, wall_s: float) -> dict:
+    """The last epoch's speed, peak memory and last clustering round of a finished --preset run."""
+    from mmengine.config import Config
+    files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
+    if not files:
+        raise RuntimeError(f'no scalars.json under {work_dir}/*/vis_data; see {work_dir}/train.log')
+    with open(files[-1]) as f:
+        rows = [json.loads(line) for line in f]
+    last = [r for r in rows if 'time' in r and r.get('epoch') == epochs]
+    if not last:
+        raise SystemExit(f'{work_dir}: no iteration of epoch {epochs} was logged; an epoch needs at '
+                         f'least {PRESET_LOG_INTERVAL} iterations')
+    batch_size = Config.fromfile(osp.join(work_dir, osp.basename(FMNIST_RECIPES[views]))) \
+        .train_dataloader.batch_size
+    median = statistics.median(r['time'] for r in last)
+    with open(osp.join(work_dir, 'pseudo_labels', 'rounds.json')) as f:
+        rounds = json.load(f)
+    memory = [r['memory'] for r in last if 'memory' in r]
+    return dict(views=views, config=FMNIST_RECIPES[views], epochs=epochs, batch_size=batch_size,
+                ms_per_iter=1000 * median, images_per_s=batch_size / median,
+                peak_memory_mb=max(memory) if memory else None, wall_s=wall_s,
+                clustering_s={part: rounds[-1][f'seconds_{part}']
+                              for part in ('extract', 'kmeans', 'confidence')})
+
+
+def preset_table(rows: list[dict]) -> str:
+    """--preset results as a Markdown table."""
+    lines = ['| Views made on | Config | ms / iter (last epoch) | Images / s | Peak GPU memory (MB) | '
+             'Clustering round (s): extract / k-means / confidence | Wall (s) |',
+             '|---|---|---:|---:|---:|---|---:|']
+    for r in rows:
+        c = r['clustering_s']
+        memory = '-' if r['peak_memory_mb'] is None else f"{r['peak_memory_mb']:.0f}"
+        lines.append(f"| {r['views']} | `{osp.basename(r['config'])}` | {r['ms_per_iter']:.1f} | "
+                     f"{r['images_per_s']:.0f} | {memory} | {c['extract']:.2f} / {c['kmeans']:.2f} / "
+                     f"{c['confidence']:.2f} | {r['wall_s']:.0f} |")
+    return '\n'.join(lines)
+
+
+def run_preset(args: argparse.Namespace, device: str) -> dict:
+    """Train the --preset runs one after the other; print and return their results."""
+    rows = []
+    for views in args.views:
+        command, work_dir = preset_command(views, args)
+        print(' '.join(command), flush=True)
+        if args.dry_run:
+            continue
+        os.makedirs(work_dir, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+        if args.threads is not None:
+            env['OMP_NUM_THREADS'] = env['MKL_NUM_THREADS'] = str(args.threads)
+        log_path = osp.join(work_dir, 'train.log')
+        tic = time.perf_counter()
+        with open(log_path, 'w') as log:
+            proc = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wall_s = time.perf_counter() - tic
+        if proc.returncode != 0:
+            with open(log_path) as f:
+                print(f.read()[-4000:], file=sys.stderr)
+            raise SystemExit(f'{views} views: training failed with exit code {proc.returncode} '
+                             f'(log: {log_path})')
+        rows.append(preset_result(views, work_dir, args.epochs, wall_s))
+    result = dict(device=device, preset=args.preset, epochs=args.epochs, rows=rows)
+    if rows:
+        print(f'\nDevice: {device}; Fashion-MNIST, IFND, ResNet-18, {args.epochs} epochs, a clustering '
+              f'round before training and after each epoch\n')
+        print(preset_table(rows))
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """Run every (data, augmentation) pair, print the table and return the results."""
     args = parse_args(argv)
     device = describe_device(resolve_device('auto'))
+    if args.preset:
+        result = run_preset(args, device)
+        if args.out and not args.dry_run:
+            from ifnd.engine.cli import write_json
+            write_json(result, args.out)
+        return result
     if args.threads is not None and 'CPU' in device:
         device = device.rsplit(',', 1)[0] + f', {args.threads} torch threads'
     jpeg_root = ''

@@ -5,7 +5,9 @@ import os.path as osp
 import socket
 import sys
 
+import torch
 from mmengine.config import Config
+from torch.utils._python_dispatch import TorchDispatchMode
 
 CONFIG_DIR = osp.join(osp.dirname(__file__), '..', 'configs')
 
@@ -20,6 +22,33 @@ def free_port() -> int:
 TINY_BACKBONE = dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True,
                      channels=(8, 16, 32, 64))
 TINY_NECK = dict(type='MLPNeck', hidden_dim=64, out_dim=32, num_layers=2)
+
+
+# Ops that read a device value on the host (each waits for the device): .item() / bool() / int()
+# and friends end in _local_scalar_dense; nonzero(), masked_select and boolean-mask indexing need the
+# count of True values for their output size.
+SYNC_OPS = ('aten::_local_scalar_dense', 'aten::nonzero', 'aten::is_nonzero', 'aten::item', 'aten::equal',
+            'aten::masked_select', 'aten::unique_consecutive', 'aten::_unique2')
+MASK_INDEX_OPS = ('aten::index', 'aten::index_put', 'aten::index_put_', 'aten::_index_put_impl_')
+
+
+class HostSyncOps(TorchDispatchMode):
+    """Records every host-sync op dispatched (forward, autograd's backward and optimiser alike) in
+    ``seen``; with ``refuse=True`` raises at the first one instead."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        super().__init__()
+        self.refuse = refuse
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in SYNC_OPS or (name in MASK_INDEX_OPS and any(
+                isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1] if i is not None)):
+            if self.refuse:
+                raise AssertionError(f'{name} (a host sync) dispatched in the training step')
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
 
 
 def end_gloo_worker() -> None:

@@ -6,6 +6,7 @@ import os.path as osp
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -14,9 +15,9 @@ import torch
 BENCHMARKS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'benchmarks')
 
 
-def _load(name):
-    """Import benchmarks/<name>.py as a module (the folder is scripts, not a package)."""
-    path = osp.join(BENCHMARKS, f'{name}.py')
+def _load(name, folder=BENCHMARKS):
+    """Import <folder>/<name>.py as a module (benchmarks/ and tools/ are scripts, not packages)."""
+    path = osp.join(folder, f'{name}.py')
     spec = importlib.util.spec_from_file_location(f'bench_{name}', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -82,6 +83,73 @@ def test_step_cost_one_pair():
     result = _load('step_cost').main(STEP_ARGS + ['--pairs', 'moco'])
     assert set(result['variants']) == {'MoCoV2', 'IFNDMoCo'}
     assert set(result['ratios']) == {'IFNDMoCo/MoCoV2'}
+
+
+def test_step_cost_follows_the_recipes_and_times_gpu_steps_by_cuda_events(monkeypatch):
+    bench = _load('step_cost')
+    r50 = bench.parse_args(['--model', 'resnet50'])
+    assert (r50.neck_hidden, r50.neck_layers, r50.out_dim, r50.queue_len) == (2048, 3, 128, 65536)
+    r18 = bench.parse_args([])
+    assert (r18.neck_hidden, r18.queue_len) == (512, 16384)
+    assert bench.parse_args(['--model', 'resnet50', '--queue-len', '4096']).queue_len == 4096
+    assert r50.warmup is None  # resolved by device and --compile when the run starts
+
+    class FakeEvent:  # a CUDA event whose elapsed time is the wall time between the records
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.at = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 1000.0 * (end.at - self.at)
+
+    common = sys.modules['common']  # the helpers the script imported
+    monkeypatch.setattr(torch.cuda, 'Event', FakeEvent)
+    read = common.time_call(lambda: time.sleep(0.01), torch.device('cuda'))
+    assert 0.01 <= read() < 1.0
+
+
+def test_throughput_fmnist_preset_commands_and_results(tmp_path, capsys):
+    bench = _load('throughput')
+    argv = ['--preset', 'fmnist-full', '--dry-run', '--work-dir', str(tmp_path), '--epochs', '3',
+            '--fmnist-root', '/data/fmnist', '--cfg-options', 'model.backbone.compile=False']
+    assert bench.main(argv)['rows'] == []
+    device, cpu = capsys.readouterr().out.splitlines()[:2]
+    assert 'configs/ifnd/ifnd_r18_200e_fmnist_device_aug.py' in device
+    assert 'configs/ifnd/ifnd_r18_200e_fmnist.py' in cpu
+    for option in ('train_cfg.max_epochs=3', 'custom_hooks.0.interval=1',
+                   'train_dataloader.dataset.data_root=/data/fmnist', 'model.backbone.compile=False'):
+        assert option in device.split() and option in cpu.split()
+    # Every option names a key of the configs (tools/train.py's checks pass).
+    train_tool = _load('train', osp.join(osp.dirname(BENCHMARKS), 'tools'))
+    args = bench.parse_args(argv)
+    for views in ('device', 'cpu'):
+        command, work_dir = bench.preset_command(views, args)
+        cfg = train_tool.build_config(train_tool.parse_args(command[2:]))
+        assert cfg.train_cfg.max_epochs == 3 and cfg.custom_hooks[0].interval == 1
+        assert cfg.train_dataloader.dataset.augment_on == views
+    # A finished run's files give the last epoch's speed and the last clustering round.
+    run = tmp_path / 'run'
+    (run / '20250101_000000' / 'vis_data').mkdir(parents=True)
+    rows = [dict(epoch=e, iter=i, time=t, memory=m) for e, i, t, m in
+            ((2, 50, 0.5, 900), (3, 50, 0.1, 1000), (3, 100, 0.3, 1100), (3, 150, 0.2, 1000))]
+    rows.append({'ifnd/rate': 1.0, 'step': 3})
+    (run / '20250101_000000' / 'vis_data' / 'scalars.json').write_text(
+        '\n'.join(json.dumps(r) for r in rows))
+    (run / 'ifnd_r18_200e_fmnist_device_aug.py').write_text('train_dataloader = dict(batch_size=256)')
+    (run / 'pseudo_labels').mkdir()
+    (run / 'pseudo_labels' / 'rounds.json').write_text(json.dumps([
+        dict(epoch=2, seconds_extract=9.0, seconds_kmeans=9.0, seconds_confidence=9.0),
+        dict(epoch=3, seconds_extract=1.5, seconds_kmeans=2.25, seconds_confidence=0.5)]))
+    result = bench.preset_result('device', str(run), 3, 321.0)
+    assert result['ms_per_iter'] == pytest.approx(200.0) and result['images_per_s'] == pytest.approx(1280)
+    assert result['peak_memory_mb'] == 1100 and result['clustering_s']['kmeans'] == 2.25
+    assert '| device | `ifnd_r18_200e_fmnist_device_aug.py` | 200.0 | 1280 | 1100 | 1.50 / 2.25 / 0.50 | 321 |' \
+        in bench.preset_table([result])
 
 
 def test_clustering_cost_table_and_json(tmp_path, capsys):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import HostSyncOps
 from sklearn.metrics import adjusted_rand_score
 
 from ifnd.clustering import (KMeansResult, accept_labels, acceptance_rate, assign_by_cosine,
@@ -76,6 +77,37 @@ def test_torch_kmeans_deterministic_subsampled_and_auto():
     dup = np.repeat(x[:4], 10, axis=0)
     res = kmeans(dup, 4, backend='torch', nredo=1, min_points_per_centroid=1)
     assert adjusted_rand_score(np.repeat(np.arange(4), 10), res.assignments.numpy()) == 1.0
+
+
+def _lloyd_syncs(points: torch.Tensor, k: int, **options) -> tuple[dict, torch.Tensor]:
+    """Host-sync ops of the torch k-means at 2 and at 10 Lloyd iterations, and the centroids."""
+    syncs, centroids, max_points = {}, None, options.pop('max_points', 1000)
+    for niter in (2, 10):
+        with HostSyncOps() as mode:
+            centroids = kmeans_module._torch_kmeans(points, k, niter, 3, max_points, seed=5,
+                                                    verbose=False, **options)
+        syncs[niter] = len(mode.seen)
+    return syncs, centroids
+
+
+@pytest.mark.parametrize('init', ['random', 'k-means++'])
+def test_torch_kmeans_iterations_make_no_host_sync(init):
+    x, _ = _blobs(num_blobs=4, per_blob=60, dim=8, noise=0.2)
+    # Repeated points with more clusters than distinct points: every step re-seeds empty clusters.
+    dup = F.normalize(torch.from_numpy(np.repeat(x[:6], 20, axis=0)), dim=1)
+    for points, k in ((torch.from_numpy(x), 4), (dup, 9)):
+        syncs, centroids = _lloyd_syncs(points, k, init=init)
+        assert syncs == {2: 0, 10: 0}, syncs
+        assert torch.isfinite(centroids).all()
+    syncs, _ = _lloyd_syncs(torch.from_numpy(x), 4, init=init, max_points=10)  # a training sample
+    assert syncs == {2: 0, 10: 0}, syncs
+    # The public entry point reads its results on the host a fixed number of times.
+    counts = []
+    for niter in (2, 10):
+        with HostSyncOps() as mode:
+            kmeans(x, 4, backend='torch', init=init, niter=niter, nredo=2)
+        counts.append(len(mode.seen))
+    assert counts[0] == counts[1] <= 2, counts
 
 
 @pytest.mark.parametrize('device, faiss_gpu, installed, expected', [

@@ -4,7 +4,7 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from helpers import digits_config
+from helpers import TINY_BACKBONE, TINY_NECK, digits_config
 from PIL import Image
 from scipy.stats import ks_2samp
 from torchvision.transforms import v2
@@ -198,6 +198,41 @@ def test_runner_trains_on_digits_with_device_views(tmp_path):
     losses = np.asarray(runner.message_hub.get_scalar('train/loss').data[0])
     assert len(losses) == (len(runner.train_dataloader.dataset) // 64) and np.isfinite(losses).all()
     assert osp.isfile(tmp_path / 'epoch_1.pth')
+
+
+def test_features_of_data_held_on_the_device_equal_the_loader_path(monkeypatch):
+    """Feature extraction reads device-held uint8 images in batches there, without a DataLoader,
+    and gives the loader path's features (grey 8-pixel digits, upscaled to 16 by the eval view)."""
+    from mmengine.registry import init_default_scope
+
+    from ifnd.engine import features
+    from ifnd.registry import MODELS
+    init_default_scope('ifnd')
+    torch.manual_seed(0)
+    preprocessor = dict(type='ContrastiveDataPreprocessor', mean=(0.2,) * 3, std=(0.3,) * 3)
+    model = MODELS.build(dict(type='IFND', backbone=TINY_BACKBONE, neck=TINY_NECK,
+                              data_preprocessor=preprocessor))
+    view = dict(type='EvalView', size=16)
+    on_cpu = Digits(split='train', pipeline=view, subset_fraction=0.2)
+    on_device = Digits(split='train', pipeline=view, subset_fraction=0.2, augment_on='device')
+    assert on_device.evaluates_on_device and not on_cpu.evaluates_on_device
+    expected = {f: features.extract_features(model, on_cpu, f, batch_size=64, num_workers=0)
+                for f in ('z', 'f')}
+
+    def no_loader(*args, **kwargs):
+        raise AssertionError('a DataLoader was built for data held on the device')
+
+    monkeypatch.setattr(features, 'DataLoader', no_loader)
+    calls = []
+    monkeypatch.setattr(on_device, 'eval_batch', lambda idx, device, f=on_device.eval_batch:
+                        calls.append(len(idx)) or f(idx, device))
+    for feature, batch_size in (('z', None), ('f', 100)):
+        calls.clear()
+        feats, labels = features.extract_features(model, on_device, feature, batch_size=batch_size,
+                                                  autocast=True)  # float32 on a CPU
+        torch.testing.assert_close(feats, expected[feature][0], rtol=1e-5, atol=1e-6)
+        assert torch.equal(labels, expected[feature][1]) and model.training
+        assert calls == ([len(on_device)] if batch_size is None else [100, 100, len(on_device) - 200])
 
 
 def _write_jpegs(root, sizes):

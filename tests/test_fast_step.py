@@ -1,14 +1,14 @@
 """The fast training step: channels_last, compile, AMP choice, fused SGD / LARS, no host sync."""
 import contextlib
+import glob
 import os.path as osp
 
 import pytest
 import torch
-from helpers import TINY_BACKBONE, TINY_NECK
+from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps
 from mmengine.config import Config
-from mmengine.optim import build_optim_wrapper
+from mmengine.optim import AmpOptimWrapper, build_optim_wrapper
 from mmengine.registry import init_default_scope
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ifnd.engine import cli
 from ifnd.registry import MODELS
@@ -55,7 +55,7 @@ def test_compiled_backbone_trains_a_step_with_unchanged_state_dict_keys():
     assert torch.isfinite(log['loss'])
     assert model.backbone._compiled and model.momentum_backbone._compiled
     assert not torch.equal(before, model.backbone.model.conv1.weight)
-    with pytest.raises(ValueError, match='compile must be a bool or a dict'):
+    with pytest.raises(ValueError, match="compile must be a bool, 'auto' or a dict"):
         MODELS.build(dict(TINY_BACKBONE, compile='yes'))
 
 
@@ -73,6 +73,57 @@ def test_amp_picks_bfloat16_without_scaler_when_supported(monkeypatch, tmp_path,
     assert (scale == 'dynamic') if scaler_enabled else (scale == dict(enabled=False))
     # An explicit dtype in the config wins, and float16 always gets its dynamic scaler.
     assert cli.amp_options('float16') == dict(dtype='float16', loss_scale='dynamic')
+
+
+def _gpu_recipes() -> list[str]:
+    """The pre-training configs with a ResNet-50, and the device-views Fashion-MNIST config."""
+    found = []
+    for path in sorted(glob.glob(osp.join(CONFIGS, '**', '*.py'), recursive=True)):
+        name = osp.relpath(path, CONFIGS)
+        if name.startswith(('_base_', 'benchmarks')):
+            continue
+        if Config.fromfile(path).model.backbone.get('model_name') == 'resnet50':
+            found.append(name)
+    return found + ['ifnd/ifnd_r18_200e_fmnist_device_aug.py']
+
+
+@pytest.mark.parametrize('cuda', [False, True], ids=['cpu', 'cuda'])
+def test_gpu_recipes_train_in_bf16_compiled_where_cuda_is_present(monkeypatch, tmp_path, cuda):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: cuda)
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *a, **k: True)
+    recipes = _gpu_recipes()
+    assert {'ifnd_r50_200e_in1k.py', 'mocov2/mocov2_r50_200e_in1k.py',
+            'simclr/simclr_r50_1000e_cifar10.py', 'ifnd/ifnd_r50_1000e_cifar100.py'} <= set(recipes)
+    tiny = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK))
+
+    def resolved(cfg):
+        wrapper = build_optim_wrapper(tiny, cfg.optim_wrapper)
+        amp = isinstance(wrapper, AmpOptimWrapper)
+        if amp:  # bfloat16 autocast, no loss scaler (no inf check syncing every step)
+            assert wrapper.cast_dtype == torch.bfloat16 and not wrapper.loss_scaler.is_enabled()
+        backbone = built.get(repr(cfg.model.backbone))
+        if backbone is None:  # the real backbones, each distinct one once
+            backbone = built[repr(cfg.model.backbone)] = MODELS.build(cfg.model.backbone)
+        return amp, backbone.compile_cfg is not None, backbone.channels_last
+
+    built = {}
+    for name in recipes:
+        cfg = Config.fromfile(osp.join(CONFIGS, name))
+        assert resolved(cfg) == (cuda, cuda, True), name
+    # Each can be turned off, e.g. on a GPU.
+    off = cli.runner_config(osp.join(CONFIGS, recipes[0]), str(tmp_path), cfg_options={
+        'optim_wrapper.type': 'OptimWrapper', 'model.backbone.compile': False})
+    assert resolved(off) == (False, False, True)
+    # The CPU-views recipe stays float32 and uncompiled even where CUDA is present.
+    cfg = Config.fromfile(osp.join(CONFIGS, 'simclr', 'simclr_r18_200e_fmnist.py'))
+    assert resolved(cfg) == (False, False, True)
+    # 'auto' compiles only a network that runs on CUDA: not this one, on the CPU.
+    backbone = MODELS.build(dict(TINY_BACKBONE, compile='auto'))
+    backbone(torch.rand(2, 3, 8, 8))
+    assert not backbone._compiled
+    if cuda:  # --amp on an AutoAmpOptimWrapper recipe: the same mixed precision
+        cfg = cli.runner_config(osp.join(CONFIGS, recipes[0]), str(tmp_path), amp=True)
+        assert resolved(cfg)[0]
 
 
 def _schedule(name):
@@ -282,25 +333,6 @@ def test_step_cost_benchmark_speed_options_and_encoder_row(capsys):
         bench.main(['--amp', '--device', 'cpu', '--pairs', 'simclr', '--num-samples', '64'])
 
 
-# Ops that read a device value on the host (each waits for the device): .item() / bool() / int()
-# and friends end in _local_scalar_dense; nonzero(), masked_select and boolean-mask indexing need the
-# count of True values for their output size.
-SYNC_OPS = ('aten::_local_scalar_dense', 'aten::nonzero', 'aten::is_nonzero', 'aten::item', 'aten::equal',
-            'aten::masked_select', 'aten::unique_consecutive', 'aten::_unique2')
-MASK_INDEX_OPS = ('aten::index', 'aten::index_put', 'aten::index_put_', 'aten::_index_put_impl_')
-
-
-class _RefuseSyncOps(TorchDispatchMode):
-    """Raise on every host-sync op dispatched (forward, autograd's backward and optimiser alike)."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if name in SYNC_OPS or (name in MASK_INDEX_OPS and any(
-                isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1] if i is not None)):
-            raise AssertionError(f'{name} (a host sync) dispatched in the training step')
-        return func(*args, **(kwargs or {}))
-
-
 def _device_view_batch(kind, view, root, num_views=2):
     from ifnd.datasets import Digits, ImageFolder
     from ifnd.datasets.datasets import batch_collate
@@ -336,7 +368,7 @@ def test_device_view_train_step_makes_no_host_sync(cfg, kind, view, tmp_path):
     batch = _device_view_batch(kind, view, tmp_path, 2 + getattr(model, 'num_support_views', 0))
     assert 'augment' in batch  # the views are made in the step, not by the loader
     before = model.backbone.model.conv1.weight.detach().clone()
-    with _host_sync_forbidden(), _RefuseSyncOps():
+    with _host_sync_forbidden(), HostSyncOps(refuse=True):
         log = model.train_step(batch, wrapper)
     assert torch.isfinite(log['loss']) and not torch.equal(before, model.backbone.model.conv1.weight)
     if torch.cuda.is_available():  # the real check, where a GPU is present (JPEGs decoded by nvJPEG)
@@ -354,5 +386,5 @@ def test_device_view_train_step_makes_no_host_sync(cfg, kind, view, tmp_path):
 def test_sync_refusal_catches_the_ops_it_names():
     x = torch.tensor([1.0, 0.0])
     for op in (lambda: bool(x[0]), lambda: x.nonzero(), lambda: x[x > 0], lambda: torch.equal(x, x)):
-        with pytest.raises(AssertionError, match='host sync'), _RefuseSyncOps():
+        with pytest.raises(AssertionError, match='host sync'), HostSyncOps(refuse=True):
             op()

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK, end_gloo_worker, free_port
+from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps, end_gloo_worker, free_port
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
@@ -74,12 +74,30 @@ def _hook_round(work_dir: str) -> tuple[torch.Tensor, dict]:
     return model.label_bank.labels.clone(), stats
 
 
+def _sharded_lloyd_syncs() -> dict:
+    """Host-sync ops of this rank's sharded torch k-means at 2 and 10 Lloyd iterations, on all
+    the points and on a training sample of them (k-means++ on repeated points: empty clusters)."""
+    from ifnd.clustering.kmeans import _torch_kmeans
+    x = _features()['duplicates']
+    index = shard_index(len(x))
+    points = torch.nn.functional.normalize(x[index], dim=1)
+    counts = {}
+    for max_points in (1000, 20):
+        for niter in (2, 10):
+            with HostSyncOps() as mode:
+                _torch_kmeans(points, 9, niter, 2, max_points, seed=3, init='k-means++',
+                              verbose=False, sample_index=index, num=len(x))
+            counts[max_points, niter] = len(mode.seen)
+    return counts
+
+
 def _worker(rank: int, port: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group('gloo', rank=rank, world_size=WORLD_SIZE)
     result = {'cases': _all_cases(sharded=True),
-              'hook': _hook_round(out_dir)}
+              'hook': _hook_round(out_dir),
+              'syncs': _sharded_lloyd_syncs()}
     if rank == 0:
         torch.save(result, os.path.join(out_dir, 'sharded.pt'))
     end_gloo_worker()
@@ -112,6 +130,14 @@ def test_sharded_kmeans_matches_one_process(two_processes):
             torch.testing.assert_close(sharded[4], phi, rtol=1e-6, atol=0, msg=where)
     # The blobs are found: the 6-cluster level puts each blob in one cluster.
     assert len(torch.unique(one['blobs-random'][1][1])) == 6
+
+
+def test_sharded_lloyd_iterations_make_no_host_sync(two_processes):
+    syncs = two_processes['syncs']
+    assert syncs[1000, 2] == syncs[1000, 10] == 0, syncs
+    # Picking this rank's points of the training sample (and their positions) reads how many
+    # there are, once before the steps.
+    assert syncs[20, 2] == syncs[20, 10] <= 2, syncs
 
 
 def test_sharded_hook_round_matches_one_process(two_processes, tmp_path):

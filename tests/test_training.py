@@ -84,7 +84,8 @@ def test_ifnd_hooks_log_and_save(tmp_path):
         for name in ('accept_rate', 'clusters_used', 'size_min', 'size_median', 'size_max', 'nmi',
                      'ami', 'ari', 'mtpr', 'mtnr'):
             assert f'ifnd/{level}/{name}' in keys
-    assert {'ifnd/rate', 'ifnd/seconds_kmeans', 'ifnd/seconds_confidence', 'knn/top1'} <= keys
+    assert {'ifnd/rate', 'ifnd/seconds_extract', 'ifnd/seconds_kmeans', 'ifnd/seconds_confidence',
+            'knn/top1'} <= keys
     rates = [s['ifnd/rate'] for s in scalars if 'ifnd/rate' in s]
     assert rates == [0.0, 0.5, 1.0]  # before training, then after each of the two epochs
     knn = [s['knn/top1'] for s in scalars if 'knn/top1' in s]
@@ -100,6 +101,7 @@ def test_ifnd_hooks_log_and_save(tmp_path):
     assert ((half >= 0).sum(axis=1) == np.ceil(0.5 * 1347)).all()
     rounds = json.load(open(tmp_path / 'pseudo_labels' / 'rounds.json'))
     assert [r['epoch'] for r in rounds] == [0, 1, 2]
+    assert all(r['seconds_extract'] > 0 for r in rounds)
     # Instance learning at the start: MTPR 0, MTNR 100.
     assert rounds[0]['levels'][0]['mtpr'] == 0 and rounds[0]['levels'][0]['mtnr'] == 100
     # The negatives the loss eliminated, per epoch: none in the first (nothing accepted), then

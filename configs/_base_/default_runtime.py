@@ -9,7 +9,9 @@ env_cfg = dict(
 )
 
 default_hooks = dict(
-    runtime_info=dict(type='RuntimeInfoHook'),
+    # mmengine's RuntimeInfoHook, with the step's outputs kept on the device and copied to the
+    # host every N iterations (N = the logger's interval, and at epoch ends): no per-step sync.
+    runtime_info=dict(type='BufferedRuntimeInfoHook'),
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50),
     param_scheduler=dict(type='ParamSchedulerHook'),
@@ -20,7 +22,8 @@ default_hooks = dict(
     # Every epoch's and step's randomness from (seed, epoch or iteration, rank): a resumed run
     # draws what the uninterrupted one drew.
     reseed=dict(type='ReseedHook'),
-    # Stop at the first NaN/inf loss, naming the iteration and the last finite loss.
+    # Stop at a NaN/inf loss (checked at each flush of the runtime info, every iteration of it),
+    # naming the first such iteration and the last finite loss.
     finite_loss=dict(type='FiniteLossHook'),
 )
 

@@ -9,3 +9,6 @@ model = dict(
     data_preprocessor=dict(mean={{_base_.mean}}, std={{_base_.std}}),
 )
 default_hooks = dict(checkpoint=dict(interval=20))
+# bfloat16 autocast without a loss scaler where CUDA is present, float32 on a CPU
+# (optim_wrapper.type=OptimWrapper: float32 everywhere).
+optim_wrapper = dict(type='AutoAmpOptimWrapper')

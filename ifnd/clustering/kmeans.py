@@ -153,13 +153,14 @@ class _Shard:
         """Training points at global ``positions``, on every rank."""
         if not self.distributed:
             return self.points[positions]  # positions are row numbers here
-        last = max(len(self.positions) - 1, 0)
-        local = torch.searchsorted(self.positions, positions).clamp(max=last)
-        owned = self.positions[local] == positions if len(self.positions) else \
-            torch.zeros_like(positions, dtype=torch.bool)
-        out = torch.zeros(len(positions), self.points.shape[1], dtype=torch.float64,
-                          device=self.points.device)
-        out[owned] = self.points[local[owned]].double()
+        if len(self.positions):
+            local = torch.searchsorted(self.positions, positions).clamp(max=len(self.positions) - 1)
+            owned = self.positions[local] == positions
+            # torch.where, not a boolean-mask write: no host read of how many rows are owned.
+            out = torch.where(owned.unsqueeze(1), self.points[local].double(), 0.0)
+        else:
+            out = torch.zeros(len(positions), self.points.shape[1], dtype=torch.float64,
+                              device=self.points.device)
         return self.sum_(out).to(self.points.dtype)
 
     def spread(self, values: Tensor) -> Tensor:
@@ -170,24 +171,39 @@ class _Shard:
         out[self.positions] = values.double()
         return self.sum_(out)
 
-    def farthest(self, distances: Tensor, count: int) -> Tensor:
-        """Positions of the ``count`` largest distances; ties go to the lower position."""
-        # Points are in position order, so a stable descending sort breaks ties by position.
-        order = torch.sort(distances, descending=True, stable=True).indices[:count]
-        values, positions = distances[order], self.positions[order]
+    def farthest_rows(self, distances: Tensor, count: int) -> Tensor:
+        """The training points of the ``count`` largest distances, largest first; ties go to the
+        lower position."""
+        order = _largest(distances, self.positions, min(count, len(distances)))
         if not self.distributed:
-            return positions
-        pad = count - len(order)  # a rank may hold fewer points than asked for
-        values = torch.cat([values, values.new_full((pad, ), -math.inf)])
-        positions = torch.cat([positions, positions.new_full((pad, ), self.num)])
-        values, positions = torch.cat(all_gather(values)), torch.cat(all_gather(positions))
-        by_position = torch.sort(positions, stable=True).indices
-        values, positions = values[by_position], positions[by_position]
-        return positions[torch.sort(values, descending=True, stable=True).indices[:count]]
+            return self.points[order]
+        # Each rank's candidates as (distance, position, point) rows in float64 (exact for all
+        # three), gathered in one collective: the winners' points come with them.
+        candidates = torch.cat([distances[order, None].double(),
+                                self.positions[order, None].double(), self.points[order].double()],
+                               dim=1)
+        pad = candidates.new_zeros(count - len(order), candidates.shape[1])  # a rank with fewer
+        pad[:, 0], pad[:, 1] = -math.inf, self.num
+        candidates = torch.cat(all_gather(torch.cat([candidates, pad])))
+        best = _largest(candidates[:, 0].float(), candidates[:, 1].long(), count)
+        return candidates[best, 2:].to(self.points.dtype)
 
 
-def _uniform(generator: torch.Generator, device: torch.device) -> float:
-    return float(torch.rand(1, generator=generator, device=device, dtype=torch.float64))
+def _largest(values: Tensor, positions: Tensor, count: int) -> Tensor:
+    """Indices of the ``count`` largest float32 ``values`` (descending), ties to the lower position.
+
+    The order of a stable descending sort over points in position order, from ``topk`` on one
+    int64 key per point: the value's bits above the inverted position (for values >= 0 the
+    float32 bit patterns order as the values; negative ones, the padding, order below them).
+    """
+    bits = values.float().contiguous().view(torch.int32).long()
+    key = (bits << 32) | (0xFFFFFFFF - positions)
+    return torch.topk(key, count).indices
+
+
+def _uniform(generator: torch.Generator, device: torch.device) -> Tensor:
+    """One float64 draw in [0, 1), kept on the device."""
+    return torch.rand(1, generator=generator, device=device, dtype=torch.float64)
 
 
 def _init_centroids(shard: _Shard, k: int, init: str, generator: torch.Generator) -> Tensor:
@@ -198,20 +214,18 @@ def _init_centroids(shard: _Shard, k: int, init: str, generator: torch.Generator
     # k-means++ (D^2 sampling); inverse-CDF draws avoid torch.multinomial's 2**24 category cap.
     # Sharded, the per-point distances of all ranks are spread into one vector each step, so the
     # cumulative sums (and hence the picks) are those of the one-process run.
+    # Picks stay on the device (one uniform draw each, selected with torch.where): no host sync.
     centroids = torch.empty(k, points.shape[1], dtype=points.dtype, device=device)
-    first = min(int(_uniform(generator, device) * num), num - 1)
-    centroids[0] = shard.rows(torch.tensor([first], device=device))[0]
+    first = (_uniform(generator, device) * num).long().clamp_(max=num - 1)
+    centroids[0] = shard.rows(first)[0]
     min_d2 = ((points - centroids[0]) ** 2).sum(dim=1)
     for j in range(1, k):
         cumulative = torch.cumsum(shard.spread(min_d2), dim=0)
-        total = float(cumulative[-1])
-        if total <= 0:  # every point coincides with a chosen centre: fall back to uniform
-            pick = min(int(_uniform(generator, device) * num), num - 1)
-        else:
-            target = torch.tensor([_uniform(generator, device) * total], dtype=torch.float64,
-                                  device=device)
-            pick = min(int(torch.searchsorted(cumulative, target)), num - 1)
-        centroids[j] = shard.rows(torch.tensor([pick], device=device))[0]
+        total = cumulative[-1:]
+        u = _uniform(generator, device)
+        # A total of 0 (every point coincides with a chosen centre) falls back to uniform.
+        pick = torch.where(total > 0, torch.searchsorted(cumulative, u * total), (u * num).long())
+        centroids[j] = shard.rows(pick.clamp_(max=num - 1))[0]
         min_d2 = torch.minimum(min_d2, ((points - centroids[j]) ** 2).sum(dim=1))
     return centroids
 
@@ -226,16 +240,20 @@ def _update_centroids(shard: _Shard, assignments: Tensor, distances: Tensor,
     rows = _rows_per_chunk(65536, points.shape[1])
     for start in range(0, points.shape[0], rows):
         sums.index_add_(0, assignments[start:start + rows], points[start:start + rows].double())
-    counts = shard.sum_(torch.bincount(assignments, minlength=k))
+    # index_add_, not bincount: bincount reads the largest label on the host (CUDA).
+    counts = torch.zeros(k, dtype=torch.long, device=points.device)
+    counts = shard.sum_(counts.index_add_(0, assignments, torch.ones_like(assignments)))
     shard.sum_(sums)
-    new = torch.where((counts > 0).unsqueeze(1),
-                      (sums / counts.clamp(min=1).unsqueeze(1)).to(centroids.dtype), centroids)
-    empty = torch.nonzero(counts == 0).flatten()
-    if empty.numel() > 0:
-        # Re-seed empty clusters on the points worst served by the current centroids: a
-        # deterministic choice (no RNG) that targets the largest residuals.
-        new[empty] = shard.rows(shard.farthest(distances, int(empty.numel())))
-    return new
+    filled = (counts > 0).unsqueeze(1)
+    new = torch.where(filled, (sums / counts.clamp(min=1).unsqueeze(1)).to(centroids.dtype),
+                      centroids)
+    # Re-seed empty clusters on the points worst served by the current centroids: a
+    # deterministic choice (no RNG) that targets the largest residuals, the j-th empty cluster
+    # on the j-th farthest point. The k farthest are fetched whether or not a cluster is empty,
+    # so no shape depends on the data and nothing is read on the host.
+    farthest = shard.farthest_rows(distances, k)
+    empty_rank = (torch.cumsum(counts == 0, dim=0) - 1).clamp_(min=0)
+    return torch.where(filled, new, farthest[empty_rank])
 
 
 def _torch_kmeans(points: Tensor, k: int, niter: int, nredo: int, max_points_per_centroid: int,
@@ -268,19 +286,24 @@ def _torch_kmeans(points: Tensor, k: int, niter: int, nredo: int, max_points_per
         positions, order = torch.sort(positions)
         points = points[order]
     shard = _Shard(points, positions, num)
-    best_centroids, best_objective = None, math.inf
+    # The Lloyd steps and the choice of the best restart stay on the device: the objective is
+    # only read on the host when printed (verbose).
+    best_centroids = best_objective = None
     for redo in range(nredo):
         centroids = _init_centroids(shard, k, init, generator)
-        objective = math.inf
         for it in range(niter):
             assignments, distances = _nearest_l2(points, centroids)
-            objective = float(shard.sum_(distances.double().sum()))
+            objective = shard.sum_(distances.double().sum())
             centroids = _update_centroids(shard, assignments, distances, centroids)
             if verbose and is_main_process():
-                print(f'[torch k-means] redo {redo} iter {it}: objective {objective:.6g}',
+                print(f'[torch k-means] redo {redo} iter {it}: objective {float(objective):.6g}',
                       flush=True)
-        if best_centroids is None or objective < best_objective:
+        if best_centroids is None:
             best_centroids, best_objective = centroids, objective
+        else:
+            better = objective < best_objective  # strict: the first of equal restarts is kept
+            best_centroids = torch.where(better, centroids, best_centroids)
+            best_objective = torch.where(better, objective, best_objective)
     return best_centroids
 
 

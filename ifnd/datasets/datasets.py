@@ -19,8 +19,8 @@ from PIL import Image
 from torch.utils.data import Dataset, get_worker_info
 
 from ifnd.registry import DATASETS, FUNCTIONS
-from .device_augment import CorruptImageError, device_views_of
-from .transforms import PipelineCfg, build_pipeline
+from .device_augment import CorruptImageError, device_views_of, to_float_rgb
+from .transforms import EvalView, PipelineCfg, build_pipeline
 
 IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.pgm', '.bmp', '.tif', '.tiff', '.webp')
 
@@ -442,6 +442,21 @@ class _InMemoryDataset(ContrastiveDataset):
     def _raw_batch(self, idx: np.ndarray) -> dict[str, Any]:
         images = self.images(data_device())
         return {'inputs': images[torch.from_numpy(idx).to(images.device)]}
+
+    @property
+    def evaluates_on_device(self) -> bool:
+        """Whether feature extraction reads this data set as uint8 batches on the model's device:
+        its images are held there for device augmentation and its pipeline is an ``EvalView``
+        (which applies to uint8 tensor batches as to PIL images)."""
+        return self.augment_on == 'device' and isinstance(self.pipeline, EvalView)
+
+    def eval_batch(self, idx: torch.Tensor, device: torch.device | str) -> dict[str, Any]:
+        """Items ``idx`` (a CPU index tensor) under the eval view, made on ``device`` from the images
+        held there: ``{'inputs': [float32 RGB [B, 3, h, w] in [0, 1]], 'index', 'label'}``."""
+        images = self.images(device)
+        views = self.pipeline(images[idx.to(images.device)]).as_subclass(torch.Tensor)
+        labels = torch.from_numpy(self.labels[idx.numpy()])
+        return {'inputs': [to_float_rgb(views)], 'index': idx, 'label': labels}
 
 
 class _TorchvisionCIFAR(_InMemoryDataset):

@@ -21,6 +21,7 @@ from mmengine.registry import Registry
 from mmengine.runner import Runner
 
 from ifnd.engine.checkpoint import AtomicLocalBackend
+from ifnd.engine.optim import amp_options
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,16 +53,6 @@ def json_safe(value: object) -> object:
     return value
 
 
-def amp_options(dtype: str | None = None) -> dict:
-    """AmpOptimWrapper's dtype and loss scale: bfloat16 unscaled where the GPU has it, else float16."""
-    if dtype is None:
-        dtype = 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
-    if dtype == 'bfloat16':
-        # bf16 has float32's exponent range: no GradScaler, so no inf check syncing every step.
-        return dict(dtype='bfloat16', loss_scale=dict(enabled=False))
-    return dict(dtype=dtype, loss_scale='dynamic')
-
-
 def runner_config(config: str, work_dir: str | None = None, resume: str | None = None,
                   amp: bool = False, cfg_options: dict | None = None,
                   launcher: str = 'none') -> Config:
@@ -88,9 +79,10 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
         if not torch.cuda.is_available():
             raise SystemExit('--amp needs a GPU (mmengine\'s AmpOptimWrapper trains in mixed '
                              'precision on GPUs only); leave it out on a CPU')
-        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
-            raise SystemExit(f'--amp needs optim_wrapper.type OptimWrapper, '
-                             f'the config has {cfg.optim_wrapper.type}')
+        wrapper_type = cfg.optim_wrapper.get('type', 'OptimWrapper')
+        if wrapper_type not in ('OptimWrapper', 'AutoAmpOptimWrapper'):
+            raise SystemExit(f'--amp needs optim_wrapper.type OptimWrapper (or AutoAmpOptimWrapper), '
+                             f'the config has {wrapper_type}')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         for key, value in amp_options(cfg.optim_wrapper.get('dtype')).items():
             cfg.optim_wrapper.setdefault(key, value)

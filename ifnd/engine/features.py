@@ -1,6 +1,8 @@
 """Feature extraction over a whole data set, sharded across ranks and gathered as tensors."""
+import contextlib
 import copy
 import sys
+from collections.abc import Iterator
 
 import torch
 from mmengine.dataset import default_collate
@@ -9,6 +11,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from ifnd.engine.optim import amp_options
 from ifnd.registry import DATASETS
 
 
@@ -31,23 +34,51 @@ def shard_index(num: int) -> torch.Tensor:
     return torch.arange(rank, num, world_size)
 
 
+# Extraction batch of data sets read as tensors on the device, and of those read by a loader.
+DEVICE_BATCH_SIZE = 2048
+LOADER_BATCH_SIZE = 256
+
+
+def _batches(dataset: Dataset, index: torch.Tensor, device: torch.device, batch_size: int | None,
+             num_workers: int) -> Iterator[dict]:
+    """Collated batches of the samples ``index``: read on ``device`` where the data set holds its
+    images there (``evaluates_on_device``), else through a DataLoader."""
+    if getattr(dataset, 'evaluates_on_device', False):
+        step = batch_size or DEVICE_BATCH_SIZE
+        return (dataset.eval_batch(index[i:i + step], device) for i in range(0, len(index), step))
+    return iter(DataLoader(Subset(dataset, index.tolist()), batch_size=batch_size or LOADER_BATCH_SIZE,
+                           shuffle=False, num_workers=num_workers, collate_fn=default_collate,
+                           persistent_workers=False))
+
+
+def _autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
+    """Mixed precision on CUDA (bfloat16 where supported, else float16) when ``enabled``."""
+    if not enabled or device.type != 'cuda':
+        return contextlib.nullcontext()
+    return torch.autocast('cuda', dtype=getattr(torch, amp_options()['dtype']))
+
+
 @torch.no_grad()
 def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z',
-                     batch_size: int = 256, num_workers: int = 2,
-                     desc: str = 'extracting features',
-                     gather: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                     batch_size: int | None = None, num_workers: int = 2,
+                     desc: str = 'extracting features', gather: bool = True,
+                     autocast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Features ``[N, D]`` (float32, CPU) and labels ``[N]`` of every sample, on every rank.
 
     Each rank encodes the samples ``shard_index(N)``; the shards are all-gathered as tensors
     and put back in sample order. With ``gather=False`` each rank gets only its shard's features
-    (on the model's device) and labels. The model is in eval mode meanwhile.
+    (on the model's device) and labels. The model is in eval mode meanwhile. A data set that
+    holds its images on the device (``augment_on='device'`` with an ``EvalView``) is read there
+    in batches of ``batch_size`` (default 2048), without a DataLoader; others through one
+    (default 256). ``autocast``: run the model in mixed precision where it is on CUDA.
     """
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f'feature extraction batch_size must be >= 1, got {batch_size}')
     algorithm = unwrap_model(model)
     world_size = get_dist_info()[1]
     num = len(dataset)
-    loader = DataLoader(Subset(dataset, shard_index(num).tolist()), batch_size=batch_size,
-                        shuffle=False, num_workers=num_workers, collate_fn=default_collate,
-                        persistent_workers=False)
+    model_device = next(algorithm.parameters()).device
+    batches = _batches(dataset, shard_index(num), model_device, batch_size, num_workers)
     bar = None
     if is_main_process():
         print(f'{desc}: {num} images', flush=True)
@@ -56,9 +87,11 @@ def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z
     algorithm.eval()
     feats, labels = [], []
     try:
-        for batch in loader:
+        for batch in batches:
             data = algorithm.data_preprocessor(batch, False)
-            feats.append(algorithm.clustering_features(data['inputs'][0], feature).float())
+            with _autocast(model_device, autocast):
+                out = algorithm.clustering_features(data['inputs'][0], feature)
+            feats.append(out.float())
             labels.append(data['data_samples']['label'])
             if bar is not None:
                 step = min(len(labels[-1]) * world_size, num - bar.completed)
@@ -68,7 +101,7 @@ def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z
         algorithm.train(was_training)
     if bar is not None:
         sys.stdout.write('\n')
-    device = feats[0].device if feats else next(algorithm.parameters()).device
+    device = feats[0].device if feats else model_device
     local_feats = torch.cat(feats) if feats else torch.empty(0, 0, device=device)
     local_labels = torch.cat(labels) if labels else torch.empty(0, dtype=torch.long, device=device)
     if world_size > 1:

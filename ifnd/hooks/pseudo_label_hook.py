@@ -45,6 +45,11 @@ class PseudoLabelHook(Hook):
     completed. ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
     per-cluster concentration. Each round's labels and confidences are saved under
     ``work_dir/pseudo_labels/``.
+
+    Features are extracted in batches of ``batch_size``: by default 2048 where the training set
+    is held on the device (``augment_on='device'``: the uint8 images are read there and the eval
+    view made there, no DataLoader), else 256 through a DataLoader with ``num_workers``;
+    ``autocast``: the encoder runs in bfloat16 autocast where it is on CUDA (float32 on a CPU).
     """
 
     priority = 'NORMAL'  # before CheckpointHook, so each checkpoint holds the new labels
@@ -60,7 +65,8 @@ class PseudoLabelHook(Hook):
                  scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
                  feature: str = 'z', confidence: str = 'kappa', temperature: float | None = None,
                  kmeans: dict | None = None, seed: int = 0, dataset: dict | None = None,
-                 batch_size: int = 256, num_workers: int = 2, save_labels: bool = True) -> None:
+                 batch_size: int | None = None, num_workers: int = 2, save_labels: bool = True,
+                 autocast: bool = True) -> None:
         if isinstance(num_clusters, int) or not num_clusters:
             raise ValueError(f'PseudoLabelHook num_clusters must be a non-empty list of k, one per '
                              f'level, got {num_clusters!r}; e.g. num_clusters=[10, 30, 100]')
@@ -73,6 +79,9 @@ class PseudoLabelHook(Hook):
             raise ValueError(f'confidence must be one of {CONFIDENCES}, got {confidence!r}')
         if interval < 1:
             raise ValueError(f'PseudoLabelHook interval must be >= 1, got {interval}')
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f'PseudoLabelHook batch_size must be >= 1 (or None: 2048 for data held '
+                             f'on the device, else 256), got {batch_size}')
         acceptance_rate(0, 1, scheme, final_rate, step_epoch)  # validates the schedule now
         self.num_clusters = list(num_clusters)
         self.pipeline = pipeline
@@ -105,6 +114,7 @@ class PseudoLabelHook(Hook):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.save_labels = save_labels
+        self.autocast = autocast
         self._dataset = None
 
     def _data(self, runner):
@@ -161,7 +171,8 @@ class PseudoLabelHook(Hook):
         # Sharded, every rank keeps its own features; otherwise all are gathered everywhere.
         feats, true_labels = extract_features(runner.model, dataset, self.feature, self.batch_size,
                                               self.num_workers, desc=f'clustering round '
-                                              f'(epoch {epochs_done})', gather=not sharded)
+                                              f'(epoch {epochs_done})', gather=not sharded,
+                                              autocast=self.autocast)
         extract_s = time.perf_counter() - tic
         num, levels = len(dataset), len(self.num_clusters)
         labels = torch.empty(levels, num, dtype=torch.long, device=device)
@@ -172,11 +183,10 @@ class PseudoLabelHook(Hook):
         if sharded or is_main_process():
             stats, round_labels, cents, concs = self._cluster(
                 feats.to(device), true_labels, num, backend, sharded, rate, epochs_done,
-                float(model.temperature), pcl, runner)
+                float(model.temperature), pcl, runner, extract_s)
         if not is_main_process():
             stats = {}  # other ranks of a sharded round only helped
         else:
-            stats['seconds_extract'] = extract_s
             labels.copy_(round_labels.to(device))
             for level, (c, phi) in enumerate(zip(cents, concs)):
                 centroids[level, :len(c)] = c.to(device)
@@ -190,7 +200,7 @@ class PseudoLabelHook(Hook):
         return stats
 
     def _cluster(self, feats, true_labels, num, backend, sharded, rate, epochs_done, temperature,
-                 pcl, runner):
+                 pcl, runner, extract_s):
         """k-means, confidence and acceptance of one round: on rank 0 with all the features, or
         on every rank with its shard (``sharded``); logs and saves on rank 0."""
         seed = self.seed + 7919 * epochs_done  # a new seed every round, varied per level inside
@@ -209,7 +219,8 @@ class PseudoLabelHook(Hook):
         has_truth = bool((true_labels >= 0).all())
         round_labels, cents, concs, saved = [], [], [], {}
         first = results[0]
-        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_kmeans': kmeans_s,
+        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_extract': extract_s,
+                 'seconds_kmeans': kmeans_s,
                  'kmeans_backend': first.backend, 'kmeans_device': first.device,
                  'kmeans_processes': first.num_shards, 'levels': []}
         conf_s = 0.0
@@ -254,14 +265,15 @@ class PseudoLabelHook(Hook):
 
     def _log(self, runner, stats: dict) -> None:
         scalars = {f'ifnd/seconds_{part}': stats[f'seconds_{part}']
-                   for part in ('kmeans', 'confidence') if f'seconds_{part}' in stats}
+                   for part in ('extract', 'kmeans', 'confidence')}
         scalars['ifnd/rate'] = stats['rate']
         where = f'k-means: {stats["kmeans_backend"]} on {stats["kmeans_device"]}'
         if stats['kmeans_processes'] > 1:
             where += f' (sharded over {stats["kmeans_processes"]} processes)'
         lines = [f'Clustering round after {stats["epoch"]} epochs: acceptance rate '
-                 f'{stats["rate"]:.3f}, {where}, k-means {stats["seconds_kmeans"]:.1f}s, '
-                 f'confidence {stats["seconds_confidence"]:.1f}s']
+                 f'{stats["rate"]:.3f}, {where}, features {stats["seconds_extract"]:.1f}s, '
+                 f'k-means {stats["seconds_kmeans"]:.1f}s, confidence '
+                 f'{stats["seconds_confidence"]:.1f}s']
         for level in stats['levels']:
             tag = f'ifnd/k{level["k"]}'
             scalars.update({f'{tag}/{key}': value for key, value in level.items()

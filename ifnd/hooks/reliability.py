@@ -8,6 +8,7 @@ from mmengine.dist import get_rank
 from mmengine.hooks import Hook
 
 from ifnd.datasets.samplers import sample_seed
+from ifnd.hooks.runtime_info import FLUSHED_INFO
 from ifnd.registry import HOOKS
 
 
@@ -42,31 +43,53 @@ class ReseedHook(Hook):
 
 @HOOKS.register_module()
 class FiniteLossHook(Hook):
-    """Stops training at the first NaN or infinite loss, naming the iteration and the last finite loss.
+    """Stops training at a NaN or infinite loss, naming its iteration and the last finite loss.
 
-    It reads the loss the runtime-info hook has already copied to the host for logging, so it adds
-    no device synchronisation.
+    It reads the losses the runtime-info hook has already copied to the host for logging, so it
+    adds no device synchronisation. With ``BufferedRuntimeInfoHook`` (the default runtime) that
+    happens every N iterations: each flush is checked iteration by iteration, so the first
+    non-finite one is named even though training stops a few steps later. With mmengine's
+    ``RuntimeInfoHook`` every iteration is checked as it ends.
     """
 
-    priority = 'HIGH'  # after RuntimeInfoHook (VERY_HIGH) has recorded this iteration's loss
+    priority = 'HIGH'  # after the runtime-info hook (VERY_HIGH) has recorded the losses
 
     def __init__(self, key: str = 'train/loss') -> None:
         self.key = key
         self._last_finite: tuple[int, float] | None = None
+        self._checked = 0  # the last iteration checked
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        """Raise ``FloatingPointError`` when this iteration's loss is not finite."""
+        """Raise ``FloatingPointError`` at the first loss that is not finite."""
+        self._check(runner, in_iteration=True)
+
+    def after_train_epoch(self, runner) -> None:
+        """Check what the runtime-info hook flushed at the epoch's end, before any checkpoint."""
+        self._check(runner, in_iteration=False)
+
+    def _losses(self, runner, in_iteration: bool) -> list[tuple[int, float]]:
+        """(iteration, loss) of the iterations not checked yet that reached the host."""
+        flushed = runner.message_hub.get_info(FLUSHED_INFO)
+        if flushed is not None:
+            return [(iteration, values[self.key]) for iteration, values in flushed
+                    if iteration > self._checked and self.key in values]
+        # mmengine's RuntimeInfoHook: the hub holds the loss of the iteration that just ended.
         history = runner.message_hub.log_scalars.get(self.key)
-        if history is None:
-            return
-        loss = float(history.current())
-        iteration = runner.iter + 1
-        if math.isfinite(loss):
-            self._last_finite = (iteration, loss)
-            return
-        last = ('no finite loss before it' if self._last_finite is None else
-                f'the last finite loss was {self._last_finite[1]:.6g} at iteration {self._last_finite[0]}')
-        raise FloatingPointError(
-            f'the loss became {loss} at iteration {iteration} (epoch {runner.epoch + 1}); {last}. '
-            'Lower the learning rate or clip gradients (optim_wrapper.clip_grad=dict(max_norm=...)), '
-            'then continue from the last checkpoint with --resume')
+        if history is None or not in_iteration:
+            return []
+        return [(runner.iter + 1, float(history.current()))]
+
+    def _check(self, runner, in_iteration: bool) -> None:
+        for iteration, loss in self._losses(runner, in_iteration):
+            self._checked = iteration
+            if math.isfinite(loss):
+                self._last_finite = (iteration, loss)
+                continue
+            last = ('no finite loss before it' if self._last_finite is None else
+                    f'the last finite loss was {self._last_finite[1]:.6g} at iteration '
+                    f'{self._last_finite[0]}')
+            raise FloatingPointError(
+                f'the loss became {loss} at iteration {iteration} (epoch {runner.epoch + 1}); '
+                f'{last}. Lower the learning rate or clip gradients '
+                '(optim_wrapper.clip_grad=dict(max_norm=...)), then continue from the last '
+                'checkpoint with --resume')

@@ -1,4 +1,6 @@
 """Backbones: any timm model that returns pooled features."""
+from typing import Literal
+
 import timm
 import torch
 from mmengine.model import BaseModule
@@ -17,11 +19,13 @@ class TimmBackbone(BaseModule):
     friendly convolutions on GPUs; the same results, and harmless, on a CPU).
     ``compile=True`` (or a dict of ``torch.compile`` options, e.g. ``dict(backend='eager')``)
     compiles the network in place at its first forward: the state-dict keys stay the same, and a
-    copy made before (MoCo's key encoder) is compiled on its own.
+    copy made before (MoCo's key encoder) is compiled on its own. ``compile='auto'`` (the GPU
+    recipes) compiles when CUDA is available and the first forward runs there, and leaves the
+    network uncompiled on a CPU, where the compile time is rarely won back.
     """
 
     def __init__(self, model_name: str, pretrained: bool = False, cifar_stem: bool = False,
-                 channels_last: bool = False, compile: bool | dict = False,
+                 channels_last: bool = False, compile: bool | Literal['auto'] | dict = False,
                  init_cfg: dict | None = None, **timm_kwargs) -> None:
         super().__init__(init_cfg)
         try:
@@ -40,11 +44,14 @@ class TimmBackbone(BaseModule):
         self.channels_last = channels_last
         if channels_last:
             self.model.to(memory_format=torch.channels_last)
+        self._compile_on_cuda_only = compile == 'auto'
+        if self._compile_on_cuda_only:
+            compile = torch.cuda.is_available()
         if compile is True:
             compile = {}
         if compile is not False and not isinstance(compile, dict):
-            raise ValueError(f'compile must be a bool or a dict of torch.compile options, got '
-                             f'{compile!r}')
+            raise ValueError(f"compile must be a bool, 'auto' or a dict of torch.compile options, "
+                             f'got {compile!r}')
         self.compile_cfg = compile if compile is not False else None
         self._compiled = False
 
@@ -83,7 +90,8 @@ class TimmBackbone(BaseModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled features of a batch of images."""
-        if self.compile_cfg is not None and not self._compiled:
+        if (self.compile_cfg is not None and not self._compiled
+                and (x.is_cuda or not self._compile_on_cuda_only)):
             # Module.compile (in place) rather than torch.compile(module): no '_orig_mod.' keys.
             self.model.compile(**self.compile_cfg)
             self._compiled = True
