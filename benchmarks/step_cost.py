@@ -103,6 +103,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--compile-backend', default='inductor',
                         help="torch.compile backend ('eager' to check the wiring quickly)")
     parser.add_argument('--fused', action='store_true', help='fused SGD update')
+    parser.add_argument('--detection', action=argparse.BooleanOptionalAction, default=True,
+                        help="count the flagged false negatives in IFND's step, as its configs do "
+                        '(FalseNegativeDetectionHook); --no-detection times the loss alone')
     parser.add_argument('--encoder', action=argparse.BooleanOptionalAction, default=True,
                         help='time the encoder alone (fwd + bwd on both views) as a reference row')
     parser.add_argument('--threads', type=int, default=None,
@@ -186,6 +189,8 @@ def build_variant(name: str, args: argparse.Namespace, labels: torch.Tensor,
     finally:
         logger.setLevel(level)
     model.to(device).train()
+    # Only IFND's configs carry FalseNegativeDetectionHook; the baselines train without counting.
+    model.track_detection = args.detection and name == 'IFND'
     if hasattr(model, 'label_bank'):
         model.label_bank.reset(labels.shape[0], labels.shape[1])
         model.label_bank.update(labels.to(device))

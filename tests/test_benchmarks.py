@@ -79,6 +79,19 @@ def test_step_cost_label_bank_is_realistic():
     assert torch.equal(labels[~accepted], unique.expand(2, -1)[~accepted])
 
 
+def test_step_cost_counts_ifnd_detections_as_its_configs_do():
+    bench = _load('step_cost')
+    labels = bench.realistic_labels([3], 256, 0.5, torch.Generator().manual_seed(0))
+    for argv, tracked in (([], True), (['--no-detection'], False)):
+        args = bench.parse_args(STEP_ARGS + argv)
+        ifnd = bench.build_variant('IFND', args, labels, torch.device('cpu'))
+        simclr = bench.build_variant('SimCLR', args, labels, torch.device('cpu'))
+        assert ifnd.track_detection is tracked and simclr.track_detection is False
+        batch = bench.make_batches(args, torch.device('cpu'), count=1)[0]
+        ifnd.train_step(batch, bench.OptimWrapper(torch.optim.SGD(ifnd.parameters(), lr=0.0)))
+        assert (ifnd.detection_counts is not None) is tracked
+
+
 def test_step_cost_one_pair():
     result = _load('step_cost').main(STEP_ARGS + ['--pairs', 'moco'])
     assert set(result['variants']) == {'MoCoV2', 'IFNDMoCo'}
