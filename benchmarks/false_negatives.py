@@ -833,7 +833,10 @@ def markdown_tables(result: dict) -> str:
                      for key in DETECTION_KEYS]
             cells += [_pm(dict(zip(('mean', 'sd'), mean_sd([f[key][-1][1] for f in fl]))))
                       for key in DETECTION_KEYS]
-            lines.append(f'| {TITLES[m]} | ' + ' | '.join(cells) + ' |')
+            runs_of = sum(r['method'] == m for r in runs)
+            # Runs trained before the detection scalars were logged are left out, and said so.
+            title = TITLES[m] + (f' ({len(fl)} of {runs_of} seeds)' if len(fl) < runs_of else '')
+            lines.append(f'| {title} | ' + ' | '.join(cells) + ' |')
     ifnd = [r for r in runs if r['method'] == 'ifnd']
     if ifnd:
         ks = [lv['k'] for lv in ifnd[0]['rounds'][0]['levels']]
