@@ -594,8 +594,8 @@ def _run(cmd: list[str], log_path: str, args: argparse.Namespace, what: str) -> 
     return time.time() - tic
 
 
-def run_plan(plan: dict, args: argparse.Namespace) -> dict:
-    """Pre-train one method with one seed, then its linear probe; reuse a finished run.
+def run_plan(plan: dict, args: argparse.Namespace) -> dict | None:
+    """Pre-train one method with one seed, then its probe; read a finished run (None: unfinished).
 
     A run is finished when its ``run.json`` names the same commands; it then is read, not
     trained again (unless --rerun).
@@ -611,7 +611,8 @@ def run_plan(plan: dict, args: argparse.Namespace) -> dict:
             print(f'{what}: finished before, read from {work_dir}', flush=True)
             return record
     if args.skip_train:
-        raise SystemExit(f'{what}: no finished run in {work_dir} (drop --skip-train)')
+        print(f'{what}: not finished in {work_dir}; left out (--skip-train)', flush=True)
+        return None
     os.makedirs(work_dir, exist_ok=True)
     seconds = _run(plan['cmd'], osp.join(work_dir, 'train.log'), args, what)
     linear_seconds = None
@@ -722,37 +723,43 @@ def fieller_interval(num: Sequence[float], den: Sequence[float],
 
 
 def summarise(runs: list[dict], seeds: Sequence[int]) -> dict:
-    """Per-method mean +- sd, paired differences to SimCLR and the share of the gap closed."""
+    """Per-method mean +- sd, paired differences to SimCLR and the share of the gap closed.
+
+    A method missing some seeds (read with --skip-train before they finished) is summarised over
+    the seeds it has, and compared with SimCLR and SupCon on the seeds they share.
+    """
     by = {(r['method'], r['seed']): r for r in runs}
     methods = [m for m in METHODS if any(r['method'] == m for r in runs)]
     summary: dict = {'methods': {}, 'paired': {}, 'gap_closed': {}}
+
+    def values(method: str, metric: str) -> dict:
+        return {s: by[method, s][metric] for s in seeds
+                if (method, s) in by and metric in by[method, s]}
+
     for metric in ('top1', 'linear_top1'):
         for m in methods:
-            values = [by[m, s][metric] for s in seeds if metric in by[m, s]]
-            if values:
-                mean, sd = mean_sd(values)
+            got = values(m, metric)
+            if got:
+                mean, sd = mean_sd(list(got.values()))
                 summary['methods'].setdefault(m, {})[metric] = {
-                    'mean': mean, 'sd': sd, 'values': values}
-        if 'simclr' not in methods:
-            continue
-        base = [by['simclr', s].get(metric) for s in seeds]
-        if None in base:
-            continue
+                    'mean': mean, 'sd': sd, 'values': list(got.values()), 'seeds': list(got)}
+        base, top = values('simclr', metric), values('supcon', metric)
         for m in methods:
-            if m == 'simclr':
+            if m == 'simclr' or not base:
                 continue
-            diffs = [by[m, s][metric] - b for s, b in zip(seeds, base)]
-            mean, lo, hi = t_interval(diffs)
-            summary['paired'].setdefault(m, {})[metric] = {
-                'mean': mean, 'low': lo, 'high': hi, 'values': diffs}
-        if 'supcon' in methods:
-            gaps = [by['supcon', s][metric] - b for s, b in zip(seeds, base)]
-            for m in CLOSERS:
-                if m in methods:
-                    diffs = [by[m, s][metric] - b for s, b in zip(seeds, base)]
-                    share, lo, hi = fieller_interval(diffs, gaps)
-                    summary['gap_closed'].setdefault(m, {})[metric] = {
-                        'share': share, 'low': lo, 'high': hi}
+            got = values(m, metric)
+            shared = [s for s in got if s in base]
+            diffs = [got[s] - base[s] for s in shared]
+            if diffs:
+                mean, lo, hi = t_interval(diffs)
+                summary['paired'].setdefault(m, {})[metric] = {
+                    'mean': mean, 'low': lo, 'high': hi, 'values': diffs, 'seeds': shared}
+            shared = [s for s in shared if s in top]
+            if m in CLOSERS and shared:
+                share, lo, hi = fieller_interval([got[s] - base[s] for s in shared],
+                                                 [top[s] - base[s] for s in shared])
+                summary['gap_closed'].setdefault(m, {})[metric] = {
+                    'share': share, 'low': lo, 'high': hi, 'seeds': shared}
     return summary
 
 
@@ -798,8 +805,10 @@ def markdown_tables(result: dict) -> str:
         paired = summary['paired'].get(m, {})
         gap = summary['gap_closed'].get(m, {})
         secs = [r['seconds'] for r in runs if r['method'] == m and r.get('seconds')]
+        have = len(stats['top1']['values']) if 'top1' in stats else len(seeds)
+        title = TITLES[m] + (f' ({have} of {len(seeds)} seeds)' if have < len(seeds) else '')
         lines.append(
-            f"| {TITLES[m]} | {LABELS[m]} | {_pm(stats.get('top1'))} | "
+            f"| {title} | {LABELS[m]} | {_pm(stats.get('top1'))} | "
             f"{_pm(stats.get('linear_top1'))} | {_ci(paired.get('top1'))} | "
             f"{_ci(paired.get('linear_top1'))} | "
             f"{_ci(gap.get('top1'), 'share', 100, '{:.0f}%')} | "
@@ -813,7 +822,10 @@ def markdown_tables(result: dict) -> str:
     for seed in seeds:
         cells = []
         for m in present:
-            r = by[m, seed]
+            r = by.get((m, seed))
+            if r is None:  # not finished (--skip-train)
+                cells.append('—')
+                continue
             lin = r.get('linear_top1')
             cells.append(f"{r['top1']:.2f}" + ('' if lin is None else f' / {lin:.2f}'))
         lines.append(f'| {seed} | ' + ' | '.join(cells) + ' |')
@@ -976,7 +988,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     tic = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         records = list(pool.map(lambda plan: run_plan(plan, args), plans))
-    runs = [collect(plan, record, args) for plan, record in zip(plans, records)]
+    runs = [collect(plan, record, args) for plan, record in zip(plans, records) if record]
+    if not runs:
+        raise SystemExit(f'no finished run in {args.work_dir} (drop --skip-train)')
     result = {
         'benchmark': 'false_negatives',
         'device': device,

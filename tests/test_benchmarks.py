@@ -295,6 +295,24 @@ def test_gap_closed_summary():
     assert closed['low'] < closed['share'] < closed['high']
     assert summary['gap_closed']['oracle_elim']['top1']['share'] == pytest.approx(18.0 / 29.5)
     assert 'supcon' not in summary['gap_closed'] and 'linear_top1' not in summary['paired']['ifnd']
+    # A run not finished yet (read with --skip-train): the method is summarised over its seeds
+    # and compared on the seeds it shares with SimCLR and SupCon.
+    partial = [r for r in runs if (r['method'], r['seed']) != ('oracle_elim', 2)]
+    summary = bench.summarise(partial, [0, 1, 2])
+    assert summary['methods']['oracle_elim']['top1']['values'] == [86.0, 87.0]
+    assert summary['paired']['oracle_elim']['top1']['seeds'] == [0, 1]
+    assert summary['paired']['oracle_elim']['top1']['values'] == pytest.approx([6.0, 6.0])
+    assert summary['gap_closed']['oracle_elim']['top1']['share'] == pytest.approx(12.0 / 19.5)
+    assert summary['paired']['ifnd']['top1']['seeds'] == [0, 1, 2]
+    partial = [dict(r, top1_history=[(30, r['top1'])], seconds=1.0) for r in partial
+               if r['method'] != 'ifnd']  # IFND's rows need its clustering rounds
+    result = {'settings': {'seeds': [0, 1, 2], 'cifar_stem': None, 'channels': None, 'epochs': 30,
+                           'subset': 0.1, 'batch_size': 8, 'backbone': 'resnet18',
+                           'eval_split': 'test', 'dataset': 'fmnist', 'preset': 'cpu'},
+              'device': 'CPU', 'runs': partial, 'summary': bench.summarise(partial, [0, 1, 2])}
+    table = bench.markdown_tables(result)
+    assert '| Oracle-elim (2 of 3 seeds) | ground truth, elimination | 86.50 ± 0.71 |' in table
+    assert '| 2 | 79.00 | 89.00 | — |' in table
 
 
 def test_false_negatives_end_to_end_on_digits(tmp_path):
