@@ -921,13 +921,15 @@ def plot(result: dict, path: str) -> None:
     if flaggers:
         ax = axes[0, panels - 1]
         for m in flaggers:
+            color = None  # one colour per method: precision solid, recall dashed
             for key, style in zip(DETECTION_KEYS, ('-', '--')):
                 histories = [dict(r['flagged'][key]) for r in runs
                              if r['method'] == m and r.get('flagged')]
                 epochs = sorted(set.intersection(*(set(h) for h in histories)))
                 values = np.array([[h[e] for e in epochs] for h in histories])
-                ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3,
-                        label=f"{TITLES[m]} {key.split('_')[-1]}")
+                line, = ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3,
+                                color=color, label=f"{TITLES[m]} {key.split('_')[-1]}")
+                color = line.get_color()
         ax.set(xlabel='epoch', ylabel='%', ylim=(0, 102),
                title='negatives flagged as false: precision, recall')
         ax.grid(alpha=0.3)
