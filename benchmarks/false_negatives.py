@@ -21,7 +21,7 @@ default) trains on the training split and evaluates on the test split.
 
 Presets:
 
-* ``cpu``: three seeds of every method on a 2-core CPU in about three hours (10 % of
+* ``cpu``: three seeds of every method on a 2-core CPU in about 1.5 hours (10 % of
   Fashion-MNIST, a half-width ResNet-18, 30 epochs; the hyper-parameters chosen on the val split
   as README's "Does it work?" section says).
 * ``gpu``: the configs' own settings (full data, 200 epochs, batch 256, clustering every 5
@@ -133,7 +133,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         'recall of the negatives IFND and FNC flag.',
         formatter_class=HelpFormatter)
     parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu',
-                        help="budget: 'cpu' (about an hour on 2 cores) or 'gpu' (the configs' "
+                        help="budget: 'cpu' (about 1.5 hours on 2 cores) or 'gpu' (the configs' "
                         'own settings); the options below override it')
     parser.add_argument('--dataset', choices=sorted(DATASETS), default='fmnist',
                         help='which configs to train')
