@@ -73,7 +73,8 @@ class FalseNegativeDetectionHook(Hook):
             epoch = runner.epoch + 1
             runner.visualizer.add_scalars(scalars, step=epoch)
             # Counted over (anchor view, candidate view) pairs of the epoch's batches.
-            levels = '; '.join(f'{name + ": " if len(names) > 1 else ""}precision {p:.1f}%, '
+            levels = '; '.join(f'{name + ": " if len(names) > 1 else ""}precision '
+                               f'{"undefined (nothing flagged)" if math.isnan(p) else f"{p:.1f}%"}, '
                                f'recall {r:.1f}% ({int(c[0])} flagged, {int(c[2])} same-class '
                                'negative pairs)'
                                for name, p, r, c in zip(names, precision, recall, counts.tolist()))
