@@ -231,6 +231,30 @@ def test_false_negatives_dry_run_commands(capsys):
     assert 'custom_hooks.0.interval=3' in pretrain[1] and 'custom_hooks.0.seed=0' in pretrain[1]
     assert 'custom_hooks.0.seed=7' in pretrain[9]
     assert 'custom_hooks.0.interval=5' in pretrain[0]
+    # The cpu preset's own settings of a method reach that method's runs only.
+    bench = _load('false_negatives')
+    for line, config in zip(pretrain, configs):
+        method = next(m for m in bench.METHODS if config.split('/')[1].startswith(m))
+        for key, value in bench.CPU_METHOD_OPTIONS.get(method, {}).items():
+            assert f' {key}={value}' in line
+    assert 'model.tau_plus' not in pretrain[0] and 'model.beta' not in pretrain[0]  # SimCLR
+
+
+def test_false_negatives_method_options(capsys):
+    """--method-options replaces one key of one method's preset settings; bad items are refused."""
+    bench = _load('false_negatives')
+    args = bench.parse_args(['--method-options', 'debiased:model.tau_plus=0.05',
+                             'fnc_elim:model.top_k=10'])
+    assert args.method_options['debiased'] == {'model.tau_plus': '0.05'}
+    assert args.method_options['fnc_elim'] == {'model.top_k': '10'}
+    assert args.method_options['hard_negative'] == bench.CPU_METHOD_OPTIONS['hard_negative']
+    assert bench.PRESETS['cpu']['method_options']['debiased'] == \
+        bench.CPU_METHOD_OPTIONS['debiased']  # the preset itself is not changed
+    assert bench.parse_args(['--preset', 'gpu']).method_options == {}
+    for bad in ('tau_plus=0.05', 'nomethod:model.x=1', 'debiased:model.tau_plus'):
+        with pytest.raises(SystemExit):
+            bench.parse_args(['--method-options', bad])
+    assert 'METHOD:KEY=VALUE' in capsys.readouterr().err
 
 
 def test_false_negatives_val_split_never_touches_the_test_split(capsys):

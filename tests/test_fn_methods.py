@@ -255,15 +255,16 @@ def test_algorithms_refuse_bad_settings():
                                     'fnc/fnc_attr_r18_200e_fmnist.py',
                                     'ifnd/ifnd_r18_200e_fmnist.py'])
 def test_fmnist_configs_take_the_benchmark_overrides(config, tmp_path):
-    """The --cfg-options of benchmarks/false_negatives.py (CPU preset) pass tools/train.py's checks."""
+    """The --cfg-options of benchmarks/false_negatives.py (CPU preset, with the method's own
+    settings) pass tools/train.py's checks and build the model."""
     spec = importlib.util.spec_from_file_location(
         'fn_bench', osp.join(REPO, 'benchmarks', 'false_negatives.py'))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     path = osp.join(REPO, 'configs', config)
     cfg = bench._load_config(path)
-    options = bench.cfg_options('ifnd' if 'ifnd' in config else 'simclr', cfg,
-                                bench.parse_args(['--preset', 'cpu']), seed=0)
+    method = next(m for m in bench.METHODS if osp.basename(config).startswith(m))
+    options = bench.cfg_options(method, cfg, bench.parse_args(['--preset', 'cpu']), seed=0)
     parser = argparse.ArgumentParser()
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     cfg = runner_config(path, str(tmp_path), cfg_options=parser.parse_args(
@@ -271,6 +272,8 @@ def test_fmnist_configs_take_the_benchmark_overrides(config, tmp_path):
     assert cfg.train_dataloader.batch_size == 128 and cfg.model.temperature == 0.2
     model = MODELS.build(cfg.model)
     assert model.backbone.out_dim == 256
+    for key, value in bench.CPU_METHOD_OPTIONS.get(method, {}).items():
+        assert cfg.model[key.split('.', 1)[1]] == value
     hooks = [HOOKS.build(h) for h in cfg.custom_hooks]
     assert hooks[bench._hook_index(cfg, 'KNNEvalHook')].interval == 5
     if 'fnc' in config or 'ifnd' in config:  # appended last: the harness's indices are unchanged
