@@ -926,7 +926,9 @@ def plot(result: dict, path: str) -> None:
     ax.set(xlabel='epoch', ylabel='kNN top-1 (%)',
            title=f"kNN top-1, mean ± sd over {len(result['settings']['seeds'])} seed(s)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.3 * (high - low))  # room above the curves for the legend
+    ax.legend(loc='upper left', ncol=2, fontsize=8)
     if ifnd:
         ks = [lv['k'] for lv in ifnd[0]['rounds'][0]['levels']]
         epochs = [rd['epoch'] for rd in ifnd[0]['rounds']]
