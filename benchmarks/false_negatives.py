@@ -34,8 +34,8 @@ interrupted benchmark continues where it stopped. Example::
     python benchmarks/false_negatives.py --preset cpu --out fn_cpu.json --plot fn_cpu.png
     python benchmarks/false_negatives.py --preset cpu --eval-split val --seeds 0 \\
         --temperature 0.2 --num-clusters 30,100 --work-dir work_dirs/fn_select/t02_k30-100
-    python benchmarks/false_negatives.py --preset cpu --eval-split val --seeds 0 \
-        --methods hard_negative --method-options hard_negative:model.beta=4.0 \
+    python benchmarks/false_negatives.py --preset cpu --eval-split val --seeds 0 \\
+        --methods hard_negative --method-options hard_negative:model.beta=4.0 \\
         --work-dir work_dirs/fn_select/hard_b4
     python benchmarks/false_negatives.py --preset gpu --work-dir work_dirs/fn_gpu --amp
 """
