@@ -181,6 +181,7 @@ def tiny_run(tmp_path_factory):
     torch.save({'state_dict': {f'backbone.model.{k}': v
                                for k, v in model.backbone.model.state_dict().items()}},
                backbone_only)
+    cfg.dump(str(root / 'train_config.py'))  # the data come from a config, not the checkpoint
     return root, ckpt, backbone_only
 
 
@@ -200,7 +201,10 @@ def _load_tool(name: str):
 
 def test_feature_model_and_dataset_from_checkpoint(tiny_run):
     root, ckpt, backbone_only = tiny_run
-    loaded = load_feature_model(str(ckpt), feature=None)
+    config = str(root / 'train_config.py')
+    with pytest.raises(ValueError, match='pass the training config'):
+        load_feature_model(str(ckpt), feature=None)
+    loaded = load_feature_model(str(ckpt), feature=None, config=config)
     assert loaded.feature == 'z' and loaded.meta['epoch'] == 1  # the hook's feature
     assert type(loaded.model).__name__ == 'IFND'
     dataset = analysis_dataset(loaded.cfg)
@@ -209,15 +213,15 @@ def test_feature_model_and_dataset_from_checkpoint(tiny_run):
     with pytest.raises(ValueError, match='takes no data_root'):
         analysis_dataset(loaded.cfg, data_root='/nowhere')
     assert checkpoint_config(torch.load(ckpt, weights_only=True)).model.type == 'IFND'
-    with pytest.raises(ValueError, match='no training config'):
-        load_feature_model(str(backbone_only), 'z')
+    with pytest.raises(ValueError, match='weights do not match'):
+        load_feature_model(str(backbone_only), 'z', config)
 
 
 def test_plot_embeddings_tool(tiny_run, tmp_path):
     root, ckpt, _ = tiny_run
     out = tmp_path / 'emb.png'
     rounds = [root / 'pseudo_labels' / f'epoch_000{e}.npz' for e in (0, 1)]
-    done = _tool('plot_embeddings', ckpt, '--rounds', *rounds, '--out', out, '--num-points', 100,
+    done = _tool('plot_embeddings', ckpt, '--config', root / 'train_config.py', '--rounds', *rounds, '--out', out, '--num-points', 100,
                  '--tsne-iter', 250, '--num-workers', 0, '--level', 1, '--threads', 1)
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     # Round 1 ran on the checkpoint's own model: its saved centroids; round 0: member means.
@@ -225,20 +229,21 @@ def test_plot_embeddings_tool(tiny_run, tmp_path):
     assert 'round after epoch 0: k=20' in done.stdout and 'mean of sampled members' in done.stdout
     # Backbone features, no rounds: one panel (in-process, same code path).
     result = _load_tool('plot_embeddings').main(
-        [str(ckpt), '--feature', 'f', '--out', str(tmp_path / 'f.png'), '--num-points', '60',
+        [str(ckpt), '--config', str(root / 'train_config.py'), '--feature', 'f', '--out', str(tmp_path / 'f.png'), '--num-points', '60',
          '--tsne-iter', '250', '--num-workers', '0', '--threads', '1'])
     assert result['coords'].shape == (60, 2) and (tmp_path / 'f.png').stat().st_size > 5_000
 
 
 def test_plot_embeddings_rejects_rounds_of_another_data_set(tiny_run, tmp_path):
-    _, ckpt, _ = tiny_run
+    root, ckpt, _ = tiny_run
+    config = str(root / 'train_config.py')
     write_round(tmp_path / 'other', 0, np.arange(50) % 10, (10, ), 0.5, 32, 0)
     tool = _load_tool('plot_embeddings')
     with pytest.raises(SystemExit, match='another run or data set'):
-        tool.main([str(ckpt), '--rounds', str(tmp_path / 'other' / 'epoch_0000.npz'), '--out',
+        tool.main([str(ckpt), '--config', config, '--rounds', str(tmp_path / 'other' / 'epoch_0000.npz'), '--out',
                    str(tmp_path / 'x.png')])
     with pytest.raises(SystemExit, match='levels'):
-        tool.main([str(ckpt), '--rounds', str(tiny_run[0] / 'pseudo_labels' / 'epoch_0000.npz'),
+        tool.main([str(ckpt), '--config', config, '--rounds', str(root / 'pseudo_labels' / 'epoch_0000.npz'),
                    '--level', '5', '--out', str(tmp_path / 'x.png')])
 
 
@@ -262,9 +267,9 @@ def test_cluster_quality_curve_tool(tiny_run, tmp_path):
 
 
 def test_cluster_table_tool(tiny_run, tmp_path):
-    _, ckpt, _ = tiny_run
+    root, ckpt, _ = tiny_run
     out = tmp_path / 'table.md'
-    done = _tool('cluster_table', ckpt, '--out', out, '--runs', 2, '--num-workers', 0,
+    done = _tool('cluster_table', ckpt, '--config', root / 'train_config.py', '--out', out, '--runs', 2, '--num-workers', 0,
                  '--kmeans-backend', 'faiss', '--names', 'random IFND')
     text = out.read_text()
     assert '| random IFND | 1 | f (64-d) | Digits train, 337 images | 10 |' in text, text

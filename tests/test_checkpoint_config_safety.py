@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import yaml
-from helpers import digits_config
+from helpers import TINY_BACKBONE, digits_config, load_tool
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
@@ -95,10 +95,9 @@ def test_in_process_readers_never_run_the_payload(planted, tiny, name, tmp_path,
     classifier = MODELS.build(dict(type='ImageClassifier', num_classes=10, pretrained=path,
                                    backbone=dict(type='TimmBackbone', model_name='resnet18')))
     torch.testing.assert_close(classifier.backbone(X), model.extract_feat(X), rtol=0, atol=0)
-    # The analysis tools' loader: the data need a config, refused with a clear error.
-    if read is None:
-        with pytest.raises(ValueError, match='carries no training config'):
-            load_feature_model(path, 'f')
+    # The analysis tools' loader: the data come from a config the user names, never the file's.
+    with pytest.raises(ValueError, match='pass the training config'):
+        load_feature_model(path, 'f')
     # The zoo and torch.hub, from a folder mirror.
     mirror = tmp_path / 'mirror'
     mirror.mkdir()
@@ -140,7 +139,7 @@ def test_tools_never_run_the_payload(planted, tmp_path, tool):
     text, backbone_file = files['text, first line'], files["backbone file, meta['model']"]
     if tool == 'knn_eval':
         _one_line_error(_tool('tools/knn_eval.py', text, '--device', 'cpu'),
-                        'carries no training config', '--config')
+                        'Give the data with --config FILE', '--dataset')
     elif tool == 'extract_backbone':
         for i, path in enumerate((text, backbone_file, files['text, _base_ file'])):
             out = _tool(f'tools/{tool}.py', path, str(tmp_path / f'out_{i}.pth'))
@@ -152,11 +151,10 @@ def test_tools_never_run_the_payload(planted, tmp_path, tool):
                             'error: ', 'no detectron2 counterpart')
     elif tool == 'cluster_table':
         _one_line_error(_tool('tools/analysis/cluster_table.py', text, '--device', 'cpu'),
-                        'carries no training config')
+                        '--config')
     elif tool == 'plot_embeddings':
         _one_line_error(_tool('tools/analysis/plot_embeddings.py', text, '--out',
-                              str(tmp_path / 'map.png'), '--device', 'cpu'),
-                        'carries no training config')
+                              str(tmp_path / 'map.png'), '--device', 'cpu'), '--config')
     else:
         _one_line_error(_tool('tools/publish_model.py', text, '--name', 'planted', '--reproduce', '-',
                               '--out-dir', str(tmp_path / 'files'), '--index',
@@ -207,3 +205,145 @@ def test_runner_checkpoints_store_the_config_as_plain_data(tmp_path):
     resumed = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     resumed.train()
     assert resumed.epoch == 1 and not marker.exists()
+
+
+# ------------------------------------------------ a checkpoint's config decides the architecture only
+
+def acting_values(cfg: Config, root: str) -> dict:
+    """Config values that would run, fetch or write if a reader passed them on, by kind."""
+    url = 'http://127.0.0.1:9/resnet18-f37072fd.pth'  # any fetch is caught before it connects
+    shell = f"sh -c 'touch {root}/COMPILER_RAN' x"
+    return {
+        'compile options (the compiler command line)': dict(backbone=dict(
+            compile=dict(backend='inductor', options={'cpp.cxx': (shell,)}))),
+        'compile=True': dict(backbone=dict(compile=True)),
+        'pretrained with a download URL': dict(backbone=dict(
+            pretrained=True, pretrained_cfg_overlay=dict(url=url, file=f'{root}/weights.pth'))),
+        'init_cfg loading a URL': dict(init_cfg=dict(type='Pretrained', checkpoint=url),
+                                       backbone=dict(init_cfg=dict(type='Pretrained', checkpoint=url))),
+        'a timm name fetched from the Hub': dict(backbone=dict(model_name='hf-hub:org/evil')),
+        'a size that exhausts memory': dict(neck=dict(hidden_dim=10 ** 9)),
+        'sizes that multiply past memory': dict(neck=dict(hidden_dim=1 << 20, out_dim=1 << 20)),
+        'data set, hooks and folders': 'top level',
+    }
+
+
+def _planted_config(cfg: Config, kind: str, value, root: str) -> dict:
+    data = config_to_data(cfg)
+    if value == 'top level':
+        data.update(work_dir=f'{root}/WORK_DIR', train_dataloader=dict(
+            batch_size=2, dataset=dict(type='FashionMNIST', data_root=f'{root}/DATA', download=True)),
+            custom_hooks=[dict(type='CheckpointHook', out_dir=f'{root}/HOOK_OUT')],
+            visualizer=dict(type='Visualizer', save_dir=f'{root}/VIS',
+                            vis_backends=[dict(type='TensorboardVisBackend')]))
+    else:
+        for key, part in value.items():
+            if isinstance(part, dict) and key in ('backbone', 'neck'):
+                data['model'][key].update(part)
+            else:
+                data['model'][key] = part
+    return data
+
+
+@pytest.fixture
+def sealed(monkeypatch, tmp_path):
+    """Every way out recorded: network connections, compiles, new files under the watched root."""
+    import socket
+
+    events = []
+
+    def no_connect(sock, address, *args):
+        events.append(f'connect {address}')
+        raise OSError('network use refused by the test')
+    monkeypatch.setattr(socket.socket, 'connect', no_connect)
+    monkeypatch.setattr(socket, 'create_connection',
+                        lambda address, *a, **k: no_connect(None, address))
+    monkeypatch.setattr(torch, 'compile', lambda *a, **k: events.append('torch.compile') or a[0])
+    monkeypatch.setattr(torch.nn.Module, 'compile',
+                        lambda self, *a, **k: events.append('Module.compile'))
+    root = tmp_path / 'root'
+    root.mkdir()
+    for var, folder in (('TORCH_HOME', 'torch'), ('HF_HOME', 'hf'), ('XDG_CACHE_HOME', 'cache')):
+        monkeypatch.setenv(var, str(root / folder))
+    monkeypatch.setenv('HF_ENDPOINT', 'http://127.0.0.1:9')
+    monkeypatch.chdir(root)
+    return root, events
+
+
+KINDS = list(acting_values(Config(), '/x'))
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_every_reader_takes_the_architecture_alone(tiny, tmp_path, sealed, kind, monkeypatch):
+    from ifnd.models.architecture import checkpoint_architecture
+    model, cfg = tiny
+    root, events = sealed
+    value = acting_values(cfg, str(root))[kind]
+    ckpt = tmp_path / 'planted.pth'
+    torch.save({'state_dict': model.state_dict(),
+                'meta': dict(epoch=1, cfg=_planted_config(cfg, kind, value, str(root)))}, ckpt)
+    backbone_file = tmp_path / 'backbone.pth'
+    backbone = dict(cfg.model.backbone.to_dict(), **(value.get('backbone', {}) if isinstance(value, dict) else {}))
+    torch.save({'state_dict': {k[len('backbone.model.'):]: v for k, v in model.state_dict().items()
+                               if k.startswith('backbone.model.')},
+                'meta': dict(model=dict(backbone=backbone))}, backbone_file)
+    user_config = tmp_path / 'train_config.py'
+    cfg.dump(str(user_config))
+    before = sorted(p for p in root.rglob('*'))
+
+    # What each reader is told: the allow-listed architecture, or nothing where a value is refused.
+    architecture = checkpoint_architecture(torch.load(ckpt, weights_only=True), str(ckpt))
+    if kind in ('a timm name fetched from the Hub', 'a size that exhausts memory',
+                'sizes that multiply past memory', 'init_cfg loading a URL'):  # mmengine's 'Pretrained' is no type of this project
+        assert architecture is None  # refused whole: the architecture is read from the weights
+    else:
+        assert architecture['backbone'] == TINY_BACKBONE and 'init_cfg' not in architecture
+    # Every reader of a checkpoint's config.
+    for path in (str(ckpt), str(backbone_file)):
+        _same_features(load_encoder(path), model)
+        classifier = MODELS.build(dict(type='ImageClassifier', num_classes=10, pretrained=path,
+                                       backbone=dict(type='TimmBackbone', model_name='resnet18')))
+        torch.testing.assert_close(classifier.backbone(X), model.extract_feat(X), rtol=0, atol=0)
+        loaded = load_feature_model(path, 'f', str(user_config))
+        _same_features(loaded.model, model)
+    if architecture is not None:
+        loaded = load_feature_model(str(ckpt), 'z', str(user_config))
+        assert type(loaded.model).__name__ == 'SimCLR'
+    load_tool('extract_backbone').main([str(ckpt), str(tmp_path / 'extracted.pth')])
+    mirror = tmp_path / 'mirror'
+    mirror.mkdir()
+    data = ckpt.read_bytes()
+    (mirror / 'planted.pth').write_bytes(data)
+    index = tmp_path / 'models.yaml'
+    index.write_text(yaml.safe_dump({'models': [dict(
+        name='planted', algorithm='SimCLR', backbone='resnet18', dataset='Digits', epochs=1,
+        config='configs/simclr/simclr_r18_200e_fmnist.py', file='planted.pth', size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(), urls=[], reproduce='-')]}))
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+    monkeypatch.setenv('IFND_HOME', str(tmp_path / 'home'))
+    monkeypatch.setenv('IFND_ZOO_URL', str(mirror))
+    _same_features(zoo.get_model('planted', progress=False), model)
+    _same_features(torch.hub.load(REPO, 'planted', source='local', progress=False), model)
+    if architecture is not None:
+        rebuilt = zoo.get_model('planted', algorithm=True, progress=False)
+        torch.testing.assert_close(rebuilt.extract_feat(X), model.extract_feat(X), rtol=0, atol=0)
+
+    assert events == [], f'{kind}: a reader acted on the checkpoint: {events}'
+    assert sorted(p for p in root.rglob('*')) == before, f'{kind}: a reader wrote files'
+
+
+def test_the_dropped_keys_are_named_in_one_log_line(tiny, monkeypatch):
+    from ifnd.models import architecture
+    model, cfg = tiny
+    data = _planted_config(cfg, 'data set', 'top level', '/x')
+    data['model']['backbone'].update(compile=True, pretrained=True)
+    data['model']['init_cfg'] = dict(checkpoint='/x/y.pth')
+    lines = []
+    monkeypatch.setattr(architecture, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    kept = architecture.checkpoint_architecture({'meta': {'cfg': data}}, 'ckpt.pth')
+    assert len(lines) == 1, lines
+    for name in ('model.backbone.compile', 'model.backbone.pretrained', 'model.init_cfg',
+                 'train_dataloader', 'custom_hooks', 'work_dir'):
+        assert name in lines[0]
+    assert kept['backbone'] == TINY_BACKBONE
+    assert kept['neck'] == cfg.model.neck.to_dict() and kept['type'] == 'SimCLR'

@@ -340,5 +340,5 @@ def test_knn_eval_on_a_moco_resnet50_without_flags(files):
 
 
 def test_knn_eval_asks_for_data_when_a_peer_config_is_not_ours(files):
-    with pytest.raises(SystemExit, match='carries no training config.*--dataset'):
+    with pytest.raises(SystemExit, match='--config FILE.*--dataset'):
         _tool('knn_eval').main([files['mmselfsup', 'resnet18']])

@@ -42,9 +42,11 @@ def _fails_with(out, *fragments):
 
 
 # (tool, how it takes the checkpoint and the output: positional out or --out)
+DIGITS = osp.join(REPO, 'configs', '_base_', 'datasets', 'digits.py')
 TOOLS = [('knn_eval', ['--dataset', 'digits', '--out']), ('extract_backbone', []),
-         ('convert_to_detectron2', []), ('analysis/cluster_table', ['--out']),
-         ('analysis/plot_embeddings', ['--out']), ('voc07_svm', ['--data-root', 'x', '--out'])]
+         ('convert_to_detectron2', []), ('analysis/cluster_table', ['--config', DIGITS, '--out']),
+         ('analysis/plot_embeddings', ['--config', DIGITS, '--out']),
+         ('voc07_svm', ['--data-root', 'x', '--out'])]
 
 
 @pytest.mark.parametrize('tool, out_flag', TOOLS)
@@ -65,7 +67,7 @@ def test_paths_are_checked_before_the_work(files, tool, out_flag, problem):
 
 @pytest.mark.parametrize('tool', ['knn_eval', 'analysis/cluster_table'])
 def test_batch_size_zero(files, tool):
-    _fails_with(_run(tool, files / 'backbone.pth', '--batch-size', '0'),
+    _fails_with(_run(tool, files / 'backbone.pth', '--config', DIGITS, '--batch-size', '0'),
                 '--batch-size must be at least 1, got 0')
 
 

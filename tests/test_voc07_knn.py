@@ -305,6 +305,7 @@ def digits_checkpoint(tmp_path_factory):
     cfg.model.backbone.cifar_stem = False  # 4x fewer activations: the test is about the tool
     cfg.train_dataloader.dataset.subset_fraction = 0.05
     RUNNERS.build(cfg).train()
+    cfg.dump(str(work_dir / 'train_config.py'))  # the data come from a config, not the checkpoint
     return str(work_dir / 'epoch_1.pth')
 
 
@@ -323,11 +324,13 @@ def test_knn_tool_matches_sklearn_and_numpy(tmp_path, digits_checkpoint):
     out = tmp_path / 'knn.json'
     # The bank is the whole training split, not the 5% the checkpoint was trained on, unless asked:
     # a quarter here, to keep the test short.
-    result = knn_eval.main([ckpt, '--k', '5', '20', '--temperature', '0.07', '--num-workers', '0',
-                            '--device', 'cpu', '--out', str(out), '--cfg-options',
-                            'train_dataset.subset_fraction=0.25', 'val_dataset.subset_fraction=0.5'])
+    config = osp.join(osp.dirname(ckpt), 'train_config.py')
+    result = knn_eval.main([ckpt, '--config', config, '--k', '5', '20', '--temperature', '0.07',
+                            '--num-workers', '0', '--device', 'cpu', '--out', str(out),
+                            '--cfg-options', 'train_dataset.subset_fraction=0.25',
+                            'val_dataset.subset_fraction=0.5'])
     assert json.loads(out.read_text())['top1'] == result['top1']
-    assert result['data_config'] == 'checkpoint config' and result['pipeline']['type'] == 'EvalView'
+    assert result['data_config'] == config and result['pipeline']['type'] == 'EvalView'
     assert result['train_dataset']['subset_fraction'] == 0.25 and result['num_bank'] == 337
 
     encoder = load_encoder(ckpt)

@@ -21,8 +21,7 @@ import torch
 
 from ifnd.engine import AtomicLocalBackend
 from ifnd.engine.cli import add_encoder_arguments, check_arguments, input_errors_as_messages
-from ifnd.models.encoder import (IMAGENET_PREPROCESSOR, checkpoint_model_config, load_checkpoint_file,
-                                 load_encoder)
+from ifnd.models.encoder import load_encoder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,15 +40,11 @@ def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = No
     kwargs = {} if cifar_stem is None else {'cifar_stem': cifar_stem}
     # Building the encoder checks every key and shape against the named backbone.
     encoder = load_encoder(checkpoint_path, model_name=model_name, **kwargs)
-    checkpoint = load_checkpoint_file(checkpoint_path)
-    model_cfg = checkpoint_model_config(checkpoint, checkpoint_path) or {}
-    # load_encoder's own default for files without a config: ImageNet mean/std.
-    preprocessor = model_cfg.get('data_preprocessor') or IMAGENET_PREPROCESSOR
     state = {k: v.detach().clone().contiguous() for k, v in encoder.backbone.model.state_dict().items()}
     result = {
         'state_dict': state,
         'meta': {'model': {'backbone': _plain(encoder.backbone_cfg),
-                           'data_preprocessor': _plain(preprocessor)},
+                           'data_preprocessor': _plain(encoder.data_preprocessor_cfg)},
                  'source': osp.abspath(checkpoint_path)},
     }
     buffer = io.BytesIO()

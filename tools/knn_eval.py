@@ -1,7 +1,7 @@
 """Offline weighted kNN of a pre-trained backbone on a labelled data set (top-1 for several k).
 
-The data come from a training config: by default the one the checkpoint carries, else
-``--config FILE`` or ``--dataset NAME`` (``configs/_base_/datasets/NAME.py``). The bank is its
+The data come from a config: ``--config FILE`` (e.g. the training config) or ``--dataset NAME``
+(``configs/_base_/datasets/NAME.py``); a checkpoint's own config decides only its architecture. The bank is its
 training split (the whole split: subset keys are dropped), the queries its kNN hook's
 ``val_dataset`` (or the config's ``val_dataset``), both under its eval transform.
 """
@@ -15,8 +15,8 @@ from ifnd.engine import build_eval_dataset, extract_features
 from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
                              input_errors_as_messages, resolve_device, write_json)
 from ifnd.evaluation import knn_accuracy
-from ifnd.engine.checkpoint import checkpoint_config
-from ifnd.models.encoder import load_checkpoint_file, load_encoder
+from ifnd.evaluation.class_match import match_eval_classes
+from ifnd.models.encoder import load_encoder
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DATASET_CONFIG_DIR = osp.join(REPO, 'configs', '_base_', 'datasets')
@@ -57,13 +57,9 @@ def source_config(args: argparse.Namespace) -> tuple[Config, str]:
         if not osp.isfile(path):
             raise SystemExit(f'Config file not found: {path}')
         return Config.fromfile(path), path
-    # Read as data, never executed; mmselfsup/mmpretrain files carry a config too, of models and
-    # data sets this project lacks, which the reader refuses.
-    cfg = checkpoint_config(load_checkpoint_file(args.checkpoint), args.checkpoint)
-    if cfg is None or cfg.get('model') is None:
-        raise SystemExit(f'{args.checkpoint} carries no training config: give the data with --config FILE '
-                         f'or --dataset {{{",".join(DATASETS)}}}')
-    return cfg, 'checkpoint config'
+    raise SystemExit(f'Give the data with --config FILE (the config {args.checkpoint} was trained '
+                     f'with) or --dataset {{{",".join(DATASETS)}}}; a checkpoint\'s own config decides '
+                     'its architecture only')
 
 
 def data_settings(cfg: Config) -> dict:
@@ -88,7 +84,7 @@ def data_settings(cfg: Config) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Extract bank and query features, run kNN for every k, print and save the results."""
     args = parse_args(argv)
-    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--out': args.out},
+    check_arguments(inputs={'checkpoint': args.checkpoint, '--config': args.config}, outputs={'--out': args.out},
                     batch_size=args.batch_size, num_workers=args.num_workers)
     with input_errors_as_messages():
         return run(args)
@@ -107,6 +103,9 @@ def run(args: argparse.Namespace) -> dict:
     settings = settings.to_dict()
     bank_set = build_eval_dataset(settings['train_dataset'], settings['pipeline'])
     query_set = build_eval_dataset(settings['val_dataset'], settings['pipeline'])
+    # Query labels in the bank's class ids by name (folder data sets number classes per split).
+    match_eval_classes(getattr(bank_set, 'classes', None), query_set, 'the kNN queries (validation split)',
+                       'kNN accuracy')
     bad_k = [k for k in args.k if not 1 <= k <= len(bank_set)]
     if bad_k or args.temperature <= 0:
         raise SystemExit(f'--k must lie in [1, {len(bank_set)}] (the bank size) and --temperature be '

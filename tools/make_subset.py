@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os.path as osp
 
 import numpy as np
 from mmengine.config import Config, DictAction
@@ -19,6 +20,7 @@ from mmengine.registry import init_default_scope
 
 from ifnd.datasets import balanced_subset_indices
 from ifnd.engine import AtomicLocalBackend
+from ifnd.engine.cli import check_arguments
 from ifnd.registry import DATASETS
 
 SUBSET_KEYS = ('subset_fraction', 'subset_file', 'subset_seed')
@@ -76,6 +78,10 @@ def make_subset(config: str, fraction: float, seed: int, out: str,
         cfg.merge_from_dict(cfg_options)
     init_default_scope(cfg.get('default_scope', 'ifnd'))
     dataset_cfg = dataset_config(cfg, dataset_key)
+    ann_file, root = dataset_cfg.get('ann_file'), dataset_cfg.get('data_root')
+    if ann_file:  # the list file the data set reads: --out must not replace it
+        ann_path = ann_file if osp.isabs(ann_file) or not root else osp.join(str(root), ann_file)
+        check_arguments(inputs={f'{dataset_key}.ann_file': ann_path}, outputs={'--out': out})
     dataset = DATASETS.build(dataset_cfg)
     entries, indices = subset_entries(dataset, fraction, seed)
     _, counts = np.unique(np.asarray(dataset.labels)[indices], return_counts=True)
@@ -91,6 +97,7 @@ def make_subset(config: str, fraction: float, seed: int, out: str,
 def main(argv: list[str] | None = None) -> None:
     """Write the list file and report its size."""
     args = parse_args(argv)
+    check_arguments(inputs={'--config': args.config}, outputs={'--out': args.out})
     entries = make_subset(args.config, args.fraction, args.seed, args.out, args.dataset, args.cfg_options)
     print(f'{args.out}: {len(entries)} entries (fraction {args.fraction}, seed {args.seed})')
 

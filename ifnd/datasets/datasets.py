@@ -331,18 +331,52 @@ class ImageFolder(ContrastiveDataset):
         if not osp.isdir(root):
             raise FileNotFoundError(f"Image folder '{root}' does not exist; {self._missing_root_hint()}")
 
+        # Real path of every folder read -> the path it was reached by: a symlink back to a folder
+        # already read (a loop, or a second name for one folder) would repeat its images as extra,
+        # mislabelled samples.
+        visited: dict[str, str] = {}
+
+        def entries_of(folder: str) -> tuple[list[os.DirEntry], list[os.DirEntry]]:
+            """The visible sub-folders and files of ``folder`` (sorted), refusing what is not read."""
+            real = osp.realpath(folder)
+            if real in visited:
+                first = visited[real]
+                # Reached again below its first path: a loop; elsewhere: a second name for it.
+                what = ('a symlink loop: it leads back to' if folder.startswith(first.rstrip(os.sep) + os.sep)
+                        else 'the same folder as')
+                raise ValueError(f"Image folder '{folder}' is {what} '{first}', so its images would be read "
+                                 'again as extra, mislabelled samples; remove the symlink')
+            visited[real] = folder
+            try:
+                with os.scandir(folder) as it:
+                    found = sorted(it, key=lambda e: e.name)
+            except OSError as e:
+                # os.walk skips such folders silently: a class would vanish and every later id shift.
+                raise type(e)(f"Cannot read folder '{folder}' ({e.strerror or e}); its images would be left out "
+                              f"and later class ids would shift: make it readable (chmod -R u+rX '{folder}') or "
+                              f"move it out of '{root}'") from None
+            dirs, files = [], []
+            for entry in found:
+                if entry.name.startswith('.'):
+                    continue
+                try:
+                    is_dir = entry.is_dir()  # follows symlinks, as os.walk(followlinks=True)
+                except OSError:
+                    is_dir = False
+                (dirs if is_dir else files).append(entry)
+            return dirs, files
+
         def images_under(folder: str) -> list[str]:
-            found = []
-            for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
-                rel_dir = osp.relpath(dirpath, root).replace(os.sep, '/')
-                found += [f'{rel_dir}/{fn}' for fn in sorted(filenames)
-                          if fn.lower().endswith(self.extensions) and not fn.startswith('.')]
+            # os.walk's order: a folder's files, then each sub-folder's tree, all sorted by name.
+            dirs, files = entries_of(folder)
+            rel_dir = osp.relpath(folder, root).replace(os.sep, '/')
+            found = [f'{rel_dir}/{e.name}' for e in files if e.name.lower().endswith(self.extensions)]
+            for entry in dirs:
+                found += images_under(entry.path)
             return found
 
         names, labels, classes = [], [], []
-        folders = {entry.name: images_under(entry.path) for entry in os.scandir(root)
-                   if entry.is_dir() and not entry.name.startswith('.')}
+        folders = {entry.name: images_under(entry.path) for entry in entries_of(root)[0]}
         if self.requested_classes is not None:
             unlisted = sorted(name for name, files in folders.items()
                               if files and name not in self.requested_classes)

@@ -278,30 +278,30 @@ class FeatureModel(NamedTuple):
 
 def load_feature_model(path: str, feature: str | None = 'z', config: str | None = None,
                        model_name: str | None = None, **backbone_kwargs) -> FeatureModel:
-    """The model giving ``feature`` features of a checkpoint, with its config and meta.
+    """The model giving ``feature`` features of a checkpoint, with the data's config and its meta.
 
     ``'f'`` loads the backbone with :func:`ifnd.models.load_encoder` (any supported checkpoint;
     ``model_name`` and ``backbone_kwargs`` as there); ``'z'`` rebuilds the whole algorithm from
-    the checkpoint's embedded config (or ``config``) and loads all its weights; ``None`` picks
-    what the config's PseudoLabelHook clustered ('z' without one). The config (for the data
-    set) is ``config`` when given, else the checkpoint's.
+    the architecture the checkpoint's config describes (or ``config``'s model) and loads all its
+    weights; ``None`` picks what the config's PseudoLabelHook clustered ('z' without one). The
+    data set comes from ``config`` alone: a checkpoint's config decides the architecture only.
     """
+    from ifnd.models.architecture import checkpoint_architecture
     from ifnd.models.encoder import load_checkpoint_file, load_encoder
     from ifnd.registry import MODELS
     if feature not in (None, 'f', 'z'):
         raise ValueError(f"feature must be 'f' (backbone) or 'z' (projection), got {feature!r}")
+    if config is None:
+        raise ValueError(f'{path}: pass the training config that describes its data set '
+                         '(--config FILE); a checkpoint\'s own config decides its architecture only')
     checkpoint = load_checkpoint_file(path)
     meta = dict(checkpoint.get('meta') or {})
-    own_cfg = checkpoint_config(checkpoint, path)
-    cfg = Config.fromfile(config) if config is not None else own_cfg
-    if cfg is None:
-        raise ValueError(f'{path} carries no training config (meta["cfg"]): pass a config that '
-                         'describes its data set')
+    cfg = Config.fromfile(config)
     if feature is None:
         feature = (find_hook(cfg, 'PseudoLabelHook') or {}).get('feature', 'z')
     if feature == 'f':
         return FeatureModel(load_encoder(path, model_name, **backbone_kwargs), cfg, meta, 'f')
-    model_cfg = (own_cfg or cfg).get('model', None)
+    model_cfg = checkpoint_architecture(checkpoint, path) or cfg.get('model', None)
     if model_cfg is None:
         raise ValueError(f'no model config for {path}: feature z needs the config it was trained '
                          'with')

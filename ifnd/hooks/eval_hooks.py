@@ -11,6 +11,7 @@ from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 
 from ifnd.engine.features import unwrap_model
+from ifnd.evaluation.class_match import match_eval_classes
 from ifnd.registry import HOOKS
 
 
@@ -144,3 +145,61 @@ class PreciseBNHook(Hook):
                                                                 self.num_iters), forward)
         runner.logger.info(f'Precise BN: statistics from {count} training batches '
                            f'in {time.perf_counter() - start:.1f} s')
+
+
+@HOOKS.register_module()
+class ClassMatchHook(Hook):
+    """Evaluates validation and test labels in the training split's class ids, matched by name.
+
+    Folder data sets number their classes per split, so a class folder empty or absent in one
+    split shifts every later id, and the accuracy would compare unrelated classes. The training
+    classes come from the training data set or, when only evaluating, from the loaded checkpoint's
+    ``meta.dataset_meta`` (mmengine writes the training set's there). Evaluated classes the
+    training split lacks are refused, by name, before any training or evaluation.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self) -> None:
+        self._checkpoint_classes: list[str] | None = None
+
+    @staticmethod
+    def _dataset(loop):
+        return getattr(getattr(loop, 'dataloader', None), 'dataset', None)
+
+    def _train_classes(self, runner) -> list[str] | None:
+        # The private attribute: the public property would build the loop in an evaluation-only run.
+        classes = getattr(self._dataset(getattr(runner, '_train_loop', None)), 'classes', None)
+        return classes if classes is not None else self._checkpoint_classes
+
+    def _match(self, runner, loop_attr: str, split: str) -> None:
+        loop = getattr(runner, loop_attr, None)
+        dataset = self._dataset(loop)
+        train_classes = self._train_classes(runner)
+        if dataset is None or train_classes is None:
+            return
+        if match_eval_classes(train_classes, dataset, f'the {split} images ({split} split)'):
+            runner.logger.info(f'ClassMatchHook: {split} labels matched to the training classes '
+                               'by name (the splits list classes differently)')
+            if getattr(loop, 'evaluator', None) is not None and hasattr(dataset, 'metainfo'):
+                loop.evaluator.dataset_meta = dataset.metainfo
+
+    def before_run(self, runner) -> None:
+        """Match (or refuse) the validation classes as training starts, before any epoch."""
+        self._match(runner, '_val_loop', 'validation')
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Keep the training classes a loaded checkpoint records, for evaluation-only runs."""
+        meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+        dataset_meta = meta.get('dataset_meta') if isinstance(meta, dict) else None
+        classes = dataset_meta.get('classes') if isinstance(dataset_meta, dict) else None
+        if classes is not None:
+            self._checkpoint_classes = list(classes)
+
+    def before_val(self, runner) -> None:
+        """Match the validation labels before each validation (a no-op once matched)."""
+        self._match(runner, '_val_loop', 'validation')
+
+    def before_test(self, runner) -> None:
+        """Match the test labels before testing."""
+        self._match(runner, '_test_loop', 'test')

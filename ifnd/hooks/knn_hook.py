@@ -6,6 +6,7 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
 from ifnd.engine.features import build_eval_dataset, extract_features
+from ifnd.evaluation.class_match import class_id_map
 from ifnd.evaluation.metrics import knn_accuracy
 from ifnd.registry import HOOKS
 
@@ -16,18 +17,9 @@ def query_class_ids(bank_classes: Sequence[str] | None,
 
     Raises ``ValueError`` naming the query classes the bank (training) split does not have.
     """
-    if bank_classes is None or query_classes is None or list(bank_classes) == list(query_classes):
-        return None
-    position = {name: i for i, name in enumerate(bank_classes)}
-    missing = [name for name in query_classes if name not in position]
-    if missing:
-        shown = ', '.join(map(repr, missing[:5])) + (f' and {len(missing) - 5} more'
-                                                      if len(missing) > 5 else '')
-        raise ValueError(f'the kNN queries (validation split) have classes the training split '
-                         f'lacks: {shown}; class ids would not match, so the kNN accuracy would be '
-                         'meaningless. Give both data sets the same class list, e.g. '
-                         'classes=[...] on ImageFolder, or the same class folders')
-    return torch.tensor([position[name] for name in query_classes], dtype=torch.long)
+    mapping = class_id_map(bank_classes, query_classes, 'the kNN queries (validation split)',
+                           'kNN accuracy')
+    return None if mapping is None else torch.from_numpy(mapping)
 
 
 @HOOKS.register_module()

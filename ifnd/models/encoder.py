@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModel
 
-from ifnd.engine.checkpoint import checkpoint_config, config_data
 from ifnd.engine.checkpoint import read_checkpoint as load_checkpoint_file  # the tools' name for it
+from ifnd.models.architecture import checkpoint_architecture
 from ifnd.registry import MODELS
 
 # (where, key prefix of the backbone inside the state dict), tried in this order; the first prefix
@@ -52,9 +52,10 @@ class Encoder(BaseModel):
 
     def __init__(self, backbone: dict, data_preprocessor: dict | None = None,
                  init_cfg: dict | None = None) -> None:
-        super().__init__(data_preprocessor=MODELS.build(data_preprocessor or IMAGENET_PREPROCESSOR),
-                         init_cfg=init_cfg)
+        data_preprocessor = copy.deepcopy(dict(data_preprocessor or IMAGENET_PREPROCESSOR))
+        super().__init__(data_preprocessor=MODELS.build(data_preprocessor), init_cfg=init_cfg)
         self.backbone_cfg = copy.deepcopy(dict(backbone))  # what rebuilds this backbone
+        self.data_preprocessor_cfg = data_preprocessor
         self.backbone = MODELS.build(backbone)
 
     def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -237,38 +238,20 @@ def load_backbone_weights(backbone: torch.nn.Module, path: str, checkpoint: dict
     backbone.model.load_state_dict(state, strict=True)
 
 
-def checkpoint_model_config(checkpoint: dict, source: str = 'checkpoint') -> dict | None:
-    """The model config a checkpoint carries: training's full config, or a backbone-only file's.
-
-    Read as data by :func:`ifnd.engine.checkpoint.checkpoint_config` (never executed). Only a
-    config whose backbone this project builds counts: mmengine-based peers (mmselfsup,
-    mmpretrain) also store a ``meta['cfg']``, of their own models.
-    """
-    meta = checkpoint.get('meta')
-    meta = meta if isinstance(meta, dict) else {}
-    model = None
-    if meta.get('cfg') is not None:
-        cfg = checkpoint_config(checkpoint, source)
-        model = cfg.get('model') if cfg is not None else None
-        model = model.to_dict() if hasattr(model, 'to_dict') else model
-    elif meta.get('model') is not None:
-        model = config_data(meta['model'], source, "meta['model']")
-    if not isinstance(model, dict):
-        return None
-    if not isinstance(model.get('backbone') or {}, dict):
-        return None
-    return copy.deepcopy(model)
-
-
 def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_name: str | None = None,
-                            default_backbone: dict | None = None, **backbone_kwargs) -> dict:
+                            default_backbone: dict | None = None, architecture: dict | None = None,
+                            **backbone_kwargs) -> dict:
     """The backbone config that rebuilds a checkpoint's backbone, explicit settings applied last.
 
-    In order: the config the checkpoint carries; else ``default_backbone`` when it fits the weights
-    exactly; else what :func:`infer_backbone_config` reads from the weights; ``model_name``
-    settles a name the weights leave open (its stem and width still come from the weights).
+    In order: the architecture the checkpoint's config describes (``architecture``, when the
+    caller has read it with :func:`checkpoint_architecture`); else ``default_backbone`` when it
+    fits the weights exactly; else what :func:`infer_backbone_config` reads from the weights;
+    ``model_name`` settles a name the weights leave open (its stem and width still come from
+    the weights).
     """
-    own = (checkpoint_model_config(checkpoint, source) or {}).get('backbone')
+    if architecture is None:
+        architecture = checkpoint_architecture(checkpoint, source)
+    own = (architecture or {}).get('backbone')
     if own:
         backbone = copy.deepcopy(dict(own))
         if model_name is not None:
@@ -305,9 +288,9 @@ def load_encoder(path: str, model_name: str | None = None, data_preprocessor: di
     ``model_name`` and ``backbone_kwargs`` (e.g. ``cifar_stem``) override.
     """
     checkpoint = load_checkpoint_file(path)
+    architecture = checkpoint_architecture(checkpoint, path) or {}
     backbone = resolve_backbone_config(checkpoint, path, model_name, default_backbone,
-                                       **backbone_kwargs)
-    model_cfg = checkpoint_model_config(checkpoint, path) or {}
-    encoder = Encoder(backbone, data_preprocessor or model_cfg.get('data_preprocessor'))
+                                       architecture, **backbone_kwargs)
+    encoder = Encoder(backbone, data_preprocessor or architecture.get('data_preprocessor'))
     load_backbone_weights(encoder.backbone, path, checkpoint)
     return encoder

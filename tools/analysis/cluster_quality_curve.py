@@ -10,6 +10,7 @@ comparison of acceptance schemes).
 """
 import argparse
 import csv
+import glob
 import os
 import os.path as osp
 import sys
@@ -134,7 +135,10 @@ def plot(runs: dict[str, list[RoundQuality]], metric: str, out: str, title: str 
 def main(argv: list[str] | None = None) -> dict[str, list[RoundQuality]]:
     """Read the rounds, print them, write the CSV and the figure."""
     args = parse_args(argv)
-    check_arguments(outputs={'--out': args.out, '--csv': args.csv})
+    # The rounds read from each work dir must not be overwritten by --out or --csv.
+    rounds = [f for d in args.work_dirs for f in sorted(glob.glob(osp.join(d, '*.npz'))
+                                                        + glob.glob(osp.join(d, 'pseudo_labels', '*.npz')))]
+    check_arguments(inputs={'WORK_DIR': rounds}, outputs={'--out': args.out, '--csv': args.csv})
     names = args.labels or [run_name(d) for d in args.work_dirs]
     if len(set(names)) != len(names):
         raise SystemExit(f'two runs share a name ({", ".join(names)}): name them with --labels')

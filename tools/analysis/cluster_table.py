@@ -1,11 +1,11 @@
 """Clustering quality of pre-trained representations: k-means NMI, as in the paper's table.
 
-For each checkpoint, the training set (from its config, under the eval transform) is encoded,
+For each checkpoint, the training set (from ``--config``, under the eval transform) is encoded,
 k-means with k = number of classes runs ``--runs`` times with different seeds, and the NMI
 against the ground truth is reported as mean ± std (percent) in a Markdown table.
 
     python tools/analysis/cluster_table.py work_dirs/a/epoch_8.pth work_dirs/b/epoch_8.pth \\
-        --names SimCLR IFND --out table.md
+        --config configs/ifnd/ifnd_r18_demo_fmnist.py --names SimCLR IFND --out table.md
 """
 import argparse
 import os
@@ -26,8 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description='k-means (k = number of classes) on the training-set features of each '
                     'checkpoint, several seeds; NMI mean ± std as a Markdown table.')
     parser.add_argument('checkpoints', nargs='+', metavar='CKPT',
-                        help='training checkpoints (or, with --config, backbone files and peer '
-                        'checkpoints: MoCo, PCL, solo-learn, mmselfsup, VISSL, torchvision/timm)')
+                        help='training checkpoints, backbone files or peer checkpoints (MoCo, PCL, '
+                        'solo-learn, mmselfsup, VISSL, torchvision/timm)')
     parser.add_argument('--out', help='also write the Markdown table to this file')
     parser.add_argument('--names', nargs='+',
                         help='row names (default: folder/file of each checkpoint)')
@@ -41,8 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="k (default: the data set's number of classes)")
     parser.add_argument('--kmeans-backend', choices=('auto', 'faiss', 'torch'), default='auto',
                         help='k-means implementation (default: faiss when installed)')
-    parser.add_argument('--config', help="take the data set from this config instead of the "
-                        "checkpoints' own")
+    parser.add_argument('--config', required=True,
+                        help='the config that gives the data set and its eval transform (e.g. the '
+                        'training config; a checkpoint decides its architecture only)')
     parser.add_argument('--data-root', help="override the data set's data_root")
     add_encoder_arguments(parser)
     add_extraction_arguments(parser, batch_size=256, num_workers=default_num_workers())
@@ -101,7 +102,7 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     """Evaluate every checkpoint, print and write the table."""
     args = parse_args(argv)
-    check_arguments(inputs={'CKPT': args.checkpoints}, outputs={'--out': args.out},
+    check_arguments(inputs={'CKPT': args.checkpoints, '--config': args.config}, outputs={'--out': args.out},
                     batch_size=args.batch_size, num_workers=args.num_workers)
     names = args.names or [default_name(p) for p in args.checkpoints]
     rows = []

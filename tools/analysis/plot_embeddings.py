@@ -1,12 +1,14 @@
 """t-SNE map of a checkpoint's embedding space, coloured by ground truth and by pseudo labels.
 
 A seeded sample of the training images (the set the clustering rounds used, under their eval
-transform, both from the checkpoint's config) is encoded by the checkpoint and mapped with t-SNE.
+transform, both from ``--config``, the config it was trained with) is encoded by the checkpoint
+and mapped with t-SNE.
 The first panel colours it by ground truth; each ``--rounds`` file adds a panel coloured by that
 round's pseudo labels (unaccepted samples light grey, centroids marked x), as in the paper's
 visualisation of IFND through training.
 
     python tools/analysis/plot_embeddings.py work_dirs/ifnd_demo_fmnist/epoch_8.pth \\
+        --config configs/ifnd/ifnd_r18_demo_fmnist.py \\
         --rounds work_dirs/ifnd_demo_fmnist/pseudo_labels/epoch_000{2,4,8}.npz --out fig.png
 """
 import argparse
@@ -40,8 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='t-SNE of training-set features of a checkpoint, coloured by ground truth and '
                     'by the pseudo labels of saved clustering rounds (one panel per round).')
-    parser.add_argument('checkpoint', help='training checkpoint (its config gives model and data); '
-                        'with --config and --feature f, also a backbone file or peer checkpoint')
+    parser.add_argument('checkpoint', help='training checkpoint; with --feature f, also a backbone '
+                        'file or peer checkpoint')
     parser.add_argument('--rounds', nargs='+', default=[], metavar='NPZ',
                         help='clustering rounds to show: work_dir/pseudo_labels/epoch_NNNN.npz')
     parser.add_argument('--out', required=True, help='output figure (.png)')
@@ -62,8 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="CPU threads for t-SNE (default: all; 1 is often faster on a busy "
                         'machine)')
     parser.add_argument('--data-root', help="override the data set's data_root")
-    parser.add_argument('--config', help="take the data set from this config instead of the "
-                        "checkpoint's")
+    parser.add_argument('--config', required=True,
+                        help='the config that gives the data set and its eval transform (the one '
+                        'the checkpoint was trained with; a checkpoint decides its architecture only)')
     parser.add_argument('--ncols', type=int, default=3, help='panels per row (default: 3)')
     parser.add_argument('--title', help='figure title')
     parser.add_argument('--dpi', type=int, default=100, help='resolution (default: 100)')
@@ -177,7 +180,8 @@ def plot(coords: np.ndarray, truth: np.ndarray, class_names: list[str], panels: 
 def main(argv: list[str] | None = None) -> dict:
     """Encode a sample, embed it with t-SNE together with the centroids, draw the panels."""
     args = parse_args(argv)
-    check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--out': args.out},
+    check_arguments(inputs={'checkpoint': args.checkpoint, '--rounds': args.rounds, '--config': args.config},
+                    outputs={'--out': args.out},
                     batch_size=args.batch_size, num_workers=args.num_workers)
     tic = time.perf_counter()
     print(f'loading {args.checkpoint}', flush=True)

@@ -47,3 +47,7 @@ auto_scale_lr = dict(base_batch_size=256, enable=False)
 
 # The backbone's weights and BN buffers are fingerprinted before training; any change fails the run.
 custom_hooks = [dict(type='FrozenBackboneCheckHook')]
+# Validation and test labels in the training split's class ids, matched by name (folder data sets
+# number classes per split); a class the training split lacks is refused. A default hook, so
+# configs that replace custom_hooks (the semi-supervised ones) keep it.
+default_hooks = dict(class_match=dict(type='ClassMatchHook'))

@@ -8,15 +8,15 @@
 #          --cfg-options model.pretrained=CKPT
 _base_ = ['./linear_r50_100e_in1k.py']
 
-places_images = 'data/places205/data/vision/torralba/deeplearning/images256'
+_places_images = 'data/places205/data/vision/torralba/deeplearning/images256'
 # List files are read relative to data_root: from images256/ back up to data/places205/.
-places_lists = '../../../../../trainvalsplit_places205'
+_places_lists = '../../../../../trainvalsplit_places205'
 
 model = dict(num_classes=205)
 train_dataloader = dict(dataset=dict(
-    _delete_=True, type='ImageFolder', data_root=places_images,
-    ann_file=f'{places_lists}/train_places205.csv', pipeline={{_base_.train_pipeline}}))
+    _delete_=True, type='ImageFolder', data_root=_places_images,
+    ann_file=f'{_places_lists}/train_places205.csv', pipeline={{_base_.train_pipeline}}))
 val_dataloader = dict(dataset=dict(
-    _delete_=True, type='ImageFolder', data_root=places_images,
-    ann_file=f'{places_lists}/val_places205.csv', pipeline={{_base_.eval_pipeline}}))
+    _delete_=True, type='ImageFolder', data_root=_places_images,
+    ann_file=f'{_places_lists}/val_places205.csv', pipeline={{_base_.eval_pipeline}}))
 test_dataloader = val_dataloader

@@ -1,0 +1,190 @@
+"""What a checkpoint's config may decide: the model's architecture, and nothing else.
+
+A checkpoint is data a user hands us. Its config (``meta['cfg']`` of a training checkpoint,
+``meta['model']`` of a backbone-only file) is read as data by
+:func:`ifnd.engine.checkpoint.checkpoint_config`; of it, only the keys listed here, with values of
+the listed kinds, reach a builder. Everything else — compile options (the compiler's command line
+is one), ``pretrained`` and any path, URL or download flag, ``init_cfg``, data sets, pipelines,
+hooks, work dirs — is dropped with one log line naming it, so a reader never compiles, downloads
+or writes because a checkpoint says so.
+"""
+import copy
+import logging
+import math
+import re
+from typing import Any, Callable
+
+from mmengine.logging import print_log
+
+from ifnd.engine.checkpoint import checkpoint_config, config_data
+from ifnd.registry import MODELS
+
+# Largest width, length or count a checkpoint may ask for: far above any real architecture
+# (ResNet-50's widest layer is 2048, MoCo's queue 65536), far below an allocation that hurts.
+MAX_SIZE = 1 << 20
+# Largest model (weights and buffers, in elements) a checkpoint may describe: sizes that pass one
+# by one can still multiply (a 10^6-wide head on a 10^6 queue); ResNet-50 IFNDMoCo has 7.3e7.
+MAX_ELEMENTS = 1 << 31
+NAME = re.compile(r'[A-Za-z0-9_]{1,64}')
+
+
+class _Refused(ValueError):
+    """An allow-listed key whose value is not of its kind."""
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+        raise _Refused(f'is not a whole number from 1 to {MAX_SIZE}')
+    return value
+
+
+def _sizes(value: Any) -> tuple:
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 16:
+        raise _Refused('is not a list of 1 to 16 whole numbers')
+    return tuple(_size(v) for v in value)
+
+
+def _real(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _Refused('is not a finite number')
+    return value
+
+
+def _reals(value: Any) -> tuple:
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 16:
+        raise _Refused('is not a list of 1 to 16 numbers')
+    return tuple(_real(v) for v in value)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Refused('is not True or False')
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise _Refused('is not a plain name (letters, digits, _)')
+    return value
+
+
+def _optional(check: Callable) -> Callable:
+    def optional(value: Any):
+        return None if value is None else check(value)
+    return optional
+
+
+def _timm_name(value: Any) -> str:
+    """A name of timm's own registry: never ``hf-hub:`` or ``local-dir:``, which fetch or read files."""
+    import timm
+    if not isinstance(value, str) or not NAME.fullmatch(value) or value not in timm.list_models():
+        raise _Refused("is not one of timm's model names (timm.list_models())")
+    return value
+
+
+def _registered(*bases: str) -> Callable:
+    """A check that a ``type`` names a class registered in ``MODELS`` deriving from one of ``bases``."""
+    def registered(value: Any) -> str:
+        cls = MODELS.get(value) if isinstance(value, str) and NAME.fullmatch(value) else None
+        if cls is None or not any(base.__name__ in bases for base in cls.__mro__):
+            raise _Refused(f'is not a registered {" or ".join(bases)}')
+        return value
+    return registered
+
+
+BACKBONE_KEYS = dict(type=_registered('TimmBackbone'), model_name=_timm_name, cifar_stem=_flag,
+                     channels_last=_flag, channels=_sizes, stem_width=_size, stem_type=_name,
+                     in_chans=_size)
+NECK_KEYS = dict(type=_registered('MLPNeck'), in_dim=_size, hidden_dim=_size, out_dim=_size,
+                 num_layers=_size, with_bn=_flag, with_last_bn=_flag)
+PREPROCESSOR_KEYS = dict(type=_registered('ContrastiveDataPreprocessor'), mean=_reals, std=_reals)
+# The algorithm (or Encoder, or linear classifier): its parts, the loss's settings, sizes.
+MODEL_KEYS = dict(
+    type=_registered('ContrastiveAlgorithm', 'Encoder', 'ImageClassifier'),
+    backbone=BACKBONE_KEYS, neck=NECK_KEYS, data_preprocessor=PREPROCESSOR_KEYS,
+    temperature=_real, loss_mode=_name, label_source=_name, queue_len=_size, momentum=_real,
+    bn_splits=_size, tau_plus=_real, beta=_real, proto_weight=_real, strategy=_name,
+    num_support_views=_size, top_k=_optional(_size), threshold=_optional(_real), aggregation=_name,
+    num_classes=_size, frozen=_flag, head_norm=_flag)
+
+
+def _keep(config: Any, allowed: dict, where: str, dropped: list[str]) -> dict:
+    """The allow-listed part of ``config``; dropped keys are appended to ``dropped``."""
+    if not isinstance(config, dict):
+        raise _Refused(f'{where} is not a dict')
+    kept = {}
+    for key, value in config.items():
+        check = allowed.get(key)
+        if check is None:
+            dropped.append(f'{where}.{key}')
+        elif isinstance(check, dict):
+            kept[key] = _keep(value, check, f'{where}.{key}', dropped)
+        else:
+            try:
+                kept[key] = check(value)
+            except _Refused as err:
+                raise _Refused(f'{where}.{key}={value!r:.80} {err}') from None
+    return kept
+
+
+def _check_size(model: dict) -> None:
+    """Refuse a model that does not build or would exceed ``MAX_ELEMENTS`` (built without memory)."""
+    import torch
+    try:
+        with torch.device('meta'):
+            elements = sum(t.numel() for t in MODELS.build(copy.deepcopy(model)).state_dict().values())
+    except Exception as err:  # noqa: BLE001 (any failure to build makes the config unusable)
+        raise _Refused(f'it does not build ({type(err).__name__}: {err})') from None
+    if elements > MAX_ELEMENTS:
+        raise _Refused(f'it describes {elements:.2e} weights and buffers, more than {MAX_ELEMENTS:.2e}')
+
+
+def architecture_config(model: Any, source: str = 'checkpoint', ignored: tuple = ()) -> dict | None:
+    """The architecture part of a model config from a checkpoint, or ``None`` when it is unusable.
+
+    Keys outside the allow-list are dropped, and with ``ignored`` (the config's other top-level
+    keys) named in one log line; a listed key whose value is not of its kind makes the whole
+    config unusable (one log line says why).
+    """
+    dropped = list(ignored)
+    try:
+        kept = _keep(copy.deepcopy(model), MODEL_KEYS, 'model', dropped)
+        if 'type' not in kept:
+            raise _Refused('model names no type')
+        _check_size(kept)
+    except _Refused as err:
+        print_log(f'{source}: its model config is not used: {err}. The architecture is read from '
+                  'the weights (or pass --config / --model-name)', logger='current',
+                  level=logging.WARNING)
+        return None
+    if dropped:
+        print_log(f"{source}: a checkpoint's config decides the architecture only; ignored "
+                  f'{", ".join(dropped)}', logger='current', level=logging.INFO)
+    return kept
+
+
+def checkpoint_architecture(checkpoint: dict, source: str = 'checkpoint') -> dict | None:
+    """The model architecture a checkpoint's config describes (allow-listed), or ``None``.
+
+    Training checkpoints carry their whole config in ``meta['cfg']``, backbone-only files their
+    model in ``meta['model']``; only the model's architecture is taken from either. Configs of
+    mmengine-based peers (mmselfsup, mmpretrain) name types this project lacks and give ``None``.
+    """
+    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    ignored: tuple = ()
+    if meta.get('cfg') is not None:
+        cfg = checkpoint_config(checkpoint, source)
+        if cfg is None:
+            return None
+        ignored = tuple(sorted(k for k in cfg if k != 'model'))
+        model = cfg.get('model')
+        model = model.to_dict() if hasattr(model, 'to_dict') else model
+    elif meta.get('model') is not None:
+        model = config_data(meta['model'], source, "meta['model']")
+        if isinstance(model, dict):
+            model = dict(model, type=model.get('type', 'Encoder'))
+    else:
+        return None
+    return architecture_config(model, source, ignored) if isinstance(model, dict) else None
