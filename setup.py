@@ -27,6 +27,7 @@ setup(
         'faiss-cpu>=1.7.4; platform_system != "Windows"',
         'pyyaml>=5.4',
         'tqdm>=4.60',
+        'huggingface_hub>=1.0',  # the zoo's hf:// sources and tools/publish_model.py --push-to-hub
     ],
     entry_points={'console_scripts': ['ifnd-zoo=ifnd.zoo:main']},
     extras_require={

@@ -1,12 +1,23 @@
 """The model zoo: list, describe, download (verified, resumable) and load published checkpoints.
 
-The index is ``model_zoo/models.yaml``. Downloads go to ``$IFND_HOME/checkpoints`` (default
-``~/.cache/ifnd``). ``IFND_ZOO_URL`` names a mirror tried before an entry's own URLs: an
-``http(s)://`` or ``file://`` base URL, or a plain directory, holding the files by name.
+The index is ``model_zoo/models.yaml``: this project's models and published baselines of other
+methods. Each file is verified as far as its authors allow: a full SHA-256; a published MD5 or
+SHA-256 prefix, checked as such, after which the file's full SHA-256 is recorded in the cache and
+required of every later download (trust on first use); or, when the authors publish no checksum,
+nothing, so such an entry downloads only with ``trust=True`` (``--trust-remote``).
+
+Downloads go to ``$IFND_HOME/checkpoints`` (default ``~/.cache/ifnd``). A source is a URL or a
+Hugging Face Hub file, ``hf://ORG/REPO/FILE@COMMIT`` (fetched, cached and resumed by
+``huggingface_hub``; ``HF_ENDPOINT`` names another Hub). ``IFND_ZOO_URL`` names a mirror tried
+before an entry's own sources: an ``http(s)://`` or ``file://`` base URL, or a plain directory,
+holding the files by name.
 """
 import argparse
+import datetime
+import glob
 import hashlib
 import http.client
+import json
 import os
 import os.path as osp
 import re
@@ -24,10 +35,22 @@ from tqdm import tqdm
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 INDEX_PATH = osp.join(REPO_ROOT, 'model_zoo', 'models.yaml')
 CHUNK = 1 << 20
+# Next to a file verified by a published prefix or trusted: its full SHA-256 at the first download.
+RECORD_SUFFIX = '.verified.json'
+# huggingface_hub's own cache (blobs, resumable partial files), inside the zoo's folder.
+HUB_CACHE = '.hub'
 
 
 class ChecksumError(RuntimeError):
-    """A downloaded file whose SHA-256 differs from the index."""
+    """A downloaded file whose checksum differs from the index or from the first download's."""
+
+
+class UnverifiedError(RuntimeError):
+    """An entry whose authors publish no checksum, asked for without ``trust=True``."""
+
+
+class OversizeError(OSError):
+    """A download that sends more bytes than the index allows for its entry."""
 
 
 class WebPageError(OSError):
@@ -44,11 +67,24 @@ def _web_page_error(source: str, why: str) -> WebPageError:
                         'login or error page; use the direct link to the file')
 
 
+def _oversize_error(name: str, source: str, limit: int, received: int, announced: bool = False
+                    ) -> OversizeError:
+    what = f'announces {received} bytes' if announced else f'sent more than {received - 1} bytes'
+    return OversizeError(f'{name}: {source} {what}, over the {limit} bytes the index allows for it '
+                         '(size or max_size); stopped and deleted the partial file')
+
+
 # Fields every index entry needs (the others are descriptive and may be missing).
-REQUIRED_FIELDS = ('name', 'file', 'sha256')
+REQUIRED_FIELDS = ('name', 'file')
+# How a file can be verified: field -> (algorithm, fewest and most hex digits).
+CHECKSUM_FIELDS = {'sha256': ('sha256', 64, 64), 'sha256_prefix': ('sha256', 8, 63),
+                   'md5_prefix': ('md5', 8, 31)}
 # An entry's ``file`` is a plain name inside the cache: no folders, no '..', nothing unusual.
 FILE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._+-]{0,254}')
-SHA256 = re.compile(r'[0-9a-f]{64}')
+HEX = re.compile(r'[0-9a-f]+')
+# A Hub file at a pinned commit: hf://ORG/REPO/FILE@COMMIT.
+HF_SOURCE = re.compile(r'hf://(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)/'
+                       r'(?P<file>[^/@]+)@(?P<revision>[0-9a-f]{40})')
 
 
 class ZooIndexError(ValueError):
@@ -61,8 +97,12 @@ def _entry_error(path: str, entry, field: str, problem: str) -> ZooIndexError:
     return ZooIndexError(f'model zoo index {path}: {which}: field {field!r} {problem}; fix the index')
 
 
+def _plain_file_name(file: str) -> bool:
+    return bool(FILE_NAME.fullmatch(file)) and file not in ('.', '..')
+
+
 def check_entry(entry, path: str = 'the index') -> dict:
-    """An index entry, checked: required fields present, ``file`` a plain file name, a SHA-256."""
+    """An index entry, checked: names, plain file names, checksums, sizes and sources."""
     if not isinstance(entry, dict):
         raise ZooIndexError(f'model zoo index {path}: field models holds a {type(entry).__name__} '
                           '(expected one mapping per model, with name, file, sha256, ...); fix the index')
@@ -71,18 +111,40 @@ def check_entry(entry, path: str = 'the index') -> dict:
             raise _entry_error(path, entry, field, 'is missing' if field not in entry
                                else f'must be a non-empty string, not {entry[field]!r}')
     file = entry['file']
-    if not FILE_NAME.fullmatch(file) or file in ('.', '..'):
+    if not _plain_file_name(file):
         raise _entry_error(path, entry, 'file', f'{file!r} is not a plain file name (letters, '
                            "digits, '.', '_', '+', '-'; no folders, no absolute path), so it could "
                            'point outside the download folder')
-    if not SHA256.fullmatch(entry['sha256']):
-        raise _entry_error(path, entry, 'sha256', 'must be 64 lower-case hex digits')
-    size = entry.get('size')
-    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-        raise _entry_error(path, entry, 'size', f'must be a byte count, not {size!r}')
+    checks = [field for field in CHECKSUM_FIELDS if field in entry]
+    if not checks and entry.get('checksum') != 'none':
+        raise _entry_error(path, entry, 'sha256', 'is missing (give sha256, or sha256_prefix or '
+                           'md5_prefix as the authors publish it, or checksum: none when they '
+                           'publish none)')
+    for field in checks:
+        _, fewest, most = CHECKSUM_FIELDS[field]
+        value = entry[field]
+        if not isinstance(value, str) or not HEX.fullmatch(value) or not fewest <= len(value) <= most:
+            digits = f'{fewest}' if fewest == most else f'{fewest} to {most}'
+            raise _entry_error(path, entry, field, f'must be {digits} lower-case hex digits')
+    for field in ('size', 'max_size'):
+        size = entry.get(field)
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise _entry_error(path, entry, field, f'must be a byte count, not {size!r}')
     urls = entry.get('urls')
     if urls is not None and (not isinstance(urls, list) or not all(isinstance(u, str) for u in urls)):
         raise _entry_error(path, entry, 'urls', 'must be a list of URLs')
+    for url in urls or []:
+        if url.startswith('hf://'):
+            match = HF_SOURCE.fullmatch(url)
+            if not match or not _plain_file_name(match['file']):
+                raise _entry_error(path, entry, 'urls', f'{url!r} is not hf://ORG/REPO/FILE@COMMIT '
+                                   'with a plain file name and a pinned 40-hex-digit commit')
+        elif urllib.parse.urlsplit(url).scheme not in ('http', 'https', 'file'):
+            raise _entry_error(path, entry, 'urls', f'{url!r} is not an http(s)://, file:// or '
+                               'hf:// URL')
+    if urls and entry.get('size') is None and entry.get('max_size') is None:
+        raise _entry_error(path, entry, 'size', 'is missing: a download needs the byte count '
+                           '(size) or, when it is not published, a bound (max_size)')
     return entry
 
 
@@ -138,11 +200,84 @@ def cache_dir() -> str:
 
 def sha256sum(path: str) -> str:
     """SHA-256 of a file, hex."""
-    digest = hashlib.sha256()
+    return _digest(path, 'sha256')
+
+
+def _digest(path: str, algorithm: str) -> str:
+    digest = hashlib.new(algorithm)
     with open(path, 'rb') as f:
         for block in iter(lambda: f.read(CHUNK), b''):
             digest.update(block)
     return digest.hexdigest()
+
+
+def verification(entry: dict) -> str:
+    """How a model's file is verified, in words."""
+    if entry.get('sha256'):
+        return (f'SHA-256 {entry["sha256"]} (from the index), checked on every download and on '
+                'the cached copy')
+    first_use = (f'the first download\'s full SHA-256 is then recorded in the cache '
+                 f'({entry["file"]}{RECORD_SUFFIX}) and required of every later download and of the '
+                 'cached copy (trust on first use)')
+    for field in ('sha256_prefix', 'md5_prefix'):
+        if entry.get(field):
+            algorithm = CHECKSUM_FIELDS[field][0].upper().replace('SHA', 'SHA-')
+            return (f'the authors publish only the first {len(entry[field])} hex digits of its '
+                    f'{algorithm} ({entry[field]}), checked on the first download; {first_use}')
+    return ('the authors publish no checksum, so the file cannot be verified: it downloads only '
+            f'with --trust-remote (trust=True in Python); {first_use}')
+
+
+def _read_record(path: str) -> dict | None:
+    """The SHA-256 recorded at a file's first download, if any."""
+    if not osp.isfile(path):
+        return None
+    try:
+        with open(path, encoding='utf-8') as f:
+            record = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ChecksumError(f'{path} is not readable JSON ({err}); delete it to verify the file '
+                            'again from scratch') from None
+    if not isinstance(record, dict) or not isinstance(record.get('sha256'), str):
+        raise ChecksumError(f'{path} holds no sha256; delete it to verify the file again from scratch')
+    return record
+
+
+def _verify(entry: dict, path: str, record: dict | None, record_path: str, source: str) -> str:
+    """The file's SHA-256, once it matches the index's checksum or the first download's record."""
+    actual = sha256sum(path)
+    if entry.get('sha256'):
+        if actual != entry['sha256']:
+            raise ChecksumError(f'{source}: SHA-256 {actual} differs from the index '
+                                f'({entry["sha256"]})')
+    elif record is not None:
+        if actual != record['sha256']:
+            raise ChecksumError(
+                f'{source}: SHA-256 {actual} differs from the one recorded at the first download '
+                f'({record["sha256"]}, {record.get("date", "date unknown")}, in {record_path}): the '
+                'remote file has changed since; if you trust the new one, delete that record and '
+                'download again')
+    else:
+        for field in ('sha256_prefix', 'md5_prefix'):
+            prefix = entry.get(field)
+            if prefix:
+                algorithm = CHECKSUM_FIELDS[field][0]
+                digest = actual if algorithm == 'sha256' else _digest(path, algorithm)
+                if not digest.startswith(prefix):
+                    raise ChecksumError(f'{source}: {algorithm.upper()} {digest} does not start with '
+                                        f'the published prefix {prefix} (from the index)')
+    return actual
+
+
+def _write_record(entry: dict, record_path: str, sha256: str, path: str, source: str) -> None:
+    from ifnd.engine import AtomicLocalBackend  # here: mmengine loads slowly, `list` needs none of it
+
+    check = next((f'{f} {entry[f]}' for f in ('sha256_prefix', 'md5_prefix') if entry.get(f)),
+                 'none published: downloaded with trust')
+    record = {'name': entry['name'], 'file': entry['file'], 'sha256': sha256,
+              'size': osp.getsize(path), 'source': source, 'published_check': check,
+              'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}
+    AtomicLocalBackend().put_text(json.dumps(record, indent=1) + '\n', record_path)
 
 
 def _sources(entry: dict) -> list[str]:
@@ -157,28 +292,47 @@ def _sources(entry: dict) -> list[str]:
     return sources + list(entry.get('urls') or [])
 
 
-def _fetch(source: str, part: str, size: int | None, progress: bool, timeout: float) -> None:
-    """Copy one source into ``part``, continuing a partial file over HTTP when the server allows."""
+def _fetch(name: str, source: str, part: str, size: int | None, limit: int | None, progress: bool,
+           timeout: float) -> None:
+    """Copy one source into ``part``, continuing a partial file over HTTP when the server allows.
+
+    Our own code, not ``torch.hub.download_url_to_file``: that one neither resumes nor stops an
+    oversized body.
+    """
     if '://' not in source:
         if not osp.isfile(source):
             raise FileNotFoundError(f'mirror file not found: {source}')
+        if limit is not None and osp.getsize(source) > limit:
+            raise _oversize_error(name, source, limit, osp.getsize(source), announced=True)
         shutil.copyfile(source, part)
         return
     done = osp.getsize(part) if osp.exists(part) else 0
     request = urllib.request.Request(source, headers={'Range': f'bytes={done}-'} if done else {})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        content_type = (response.headers.get('Content-Type') or '').split(';')[0].strip().lower()
-        if content_type in ('text/html', 'application/xhtml+xml'):
-            raise _web_page_error(source, f'Content-Type {content_type}')
-        resumed = done and getattr(response, 'status', 200) == 206
-        mode = 'ab' if resumed else 'wb'
-        start = done if resumed else 0
-        with open(part, mode) as f, tqdm(total=size, initial=start, unit='B', unit_scale=True,
-                                         desc=osp.basename(part)[:-5], disable=not progress,
-                                         file=sys.stderr) as bar:
-            for block in iter(lambda: response.read(CHUNK), b''):
-                f.write(block)
-                bar.update(len(block))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            content_type = (response.headers.get('Content-Type') or '').split(';')[0].strip().lower()
+            if content_type in ('text/html', 'application/xhtml+xml'):
+                raise _web_page_error(source, f'Content-Type {content_type}')
+            resumed = done and getattr(response, 'status', 200) == 206
+            mode = 'ab' if resumed else 'wb'
+            received = done if resumed else 0
+            length = response.headers.get('Content-Length') or ''
+            if limit is not None and length.isdigit() and received + int(length) > limit:
+                raise _oversize_error(name, source, limit, received + int(length), announced=True)
+            with open(part, mode) as f, tqdm(total=size, initial=received, unit='B',
+                                             unit_scale=True, desc=osp.basename(part)[:-5],
+                                             disable=not progress, file=sys.stderr) as bar:
+                # Never more than the limit and one block: an endless body stops here.
+                for block in iter(lambda: response.read(CHUNK), b''):
+                    received += len(block)
+                    if limit is not None and received > limit:
+                        raise _oversize_error(name, source, limit, limit + 1)
+                    f.write(block)
+                    bar.update(len(block))
+    except OversizeError:
+        if osp.exists(part):
+            os.unlink(part)
+        raise
     received = osp.getsize(part)
     with open(part, 'rb') as f:
         if _looks_like_html(f.read(1024)):
@@ -189,12 +343,60 @@ def _fetch(source: str, part: str, size: int | None, progress: bool, timeout: fl
         raise ConnectionError(f'connection closed after {received} of {size} bytes')
 
 
+def _capped_progress(name: str, source: str, limit: int | None, progress: bool) -> type:
+    """A progress bar class for ``huggingface_hub`` that stops a body beyond ``limit`` bytes."""
+    class CappedProgress(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs.update(disable=not progress, file=sys.stderr)
+            super().__init__(*args, **kwargs)
+            self.received = kwargs.get('initial') or 0  # counted here: a disabled bar keeps no n
+
+        def update(self, n=1):
+            self.received += n
+            if limit is not None and self.received > limit:
+                raise _oversize_error(name, source, limit, limit + 1)
+            return super().update(n)
+
+    return CappedProgress
+
+
+def _fetch_hub(name: str, source: str, folder: str, limit: int | None, progress: bool,
+               timeout: float) -> str:
+    """A Hub file downloaded (cached, resumed) by ``huggingface_hub``; the path of its blob."""
+    from huggingface_hub import hf_hub_download
+
+    match = HF_SOURCE.fullmatch(source)
+    hub_cache = osp.join(folder, HUB_CACHE)
+    # HF_ENDPOINT read now, not when huggingface_hub was imported.
+    kwargs = dict(repo_id=match['repo'], filename=match['file'], revision=match['revision'],
+                  cache_dir=hub_cache, endpoint=os.environ.get('HF_ENDPOINT') or None,
+                  etag_timeout=timeout)
+    planned = hf_hub_download(**kwargs, dry_run=True)
+    if limit is not None and planned.file_size is not None and planned.file_size > limit:
+        raise _oversize_error(name, source, limit, planned.file_size, announced=True)
+    try:
+        path = hf_hub_download(**kwargs, tqdm_class=_capped_progress(name, source, limit, progress))
+    except OversizeError:
+        for partial in glob.glob(osp.join(hub_cache, '**', '*.incomplete'), recursive=True):
+            os.unlink(partial)
+        raise
+    blob = osp.realpath(path)
+    if osp.islink(path):
+        os.unlink(path)  # the blob is moved into the zoo's folder or deleted: no dangling link
+    if limit is not None and osp.getsize(blob) > limit:
+        received = osp.getsize(blob)
+        os.unlink(blob)
+        raise _oversize_error(name, source, limit, received, announced=True)
+    return blob
+
+
 def download(name: str, dir: str | None = None, progress: bool = True, retries: int = 3,
-             timeout: float = 60.0) -> str:
+             timeout: float = 60.0, trust: bool = False) -> str:
     """The local path of a model's file, downloaded and verified if not already cached.
 
-    Each source is tried in turn with ``retries`` attempts; an interrupted HTTP download resumes
-    from its partial file. A file whose SHA-256 differs from the index is deleted, never used.
+    Each source is tried in turn with ``retries`` attempts; an interrupted download resumes from
+    its partial file. A file that fails verification (see :func:`verification`) is deleted, never
+    used. ``trust=True`` allows an entry whose authors publish no checksum.
     """
     entry = info(name)
     folder = dir or cache_dir()
@@ -202,37 +404,58 @@ def download(name: str, dir: str | None = None, progress: bool = True, retries: 
     target = osp.join(folder, entry['file'])
     if osp.dirname(osp.abspath(target)) != osp.abspath(folder):  # check_entry makes this impossible
         raise ValueError(f'model zoo entry {name!r}: field file {entry["file"]!r} leaves {folder}')
-    expected = entry['sha256']
+    record_path = target + RECORD_SUFFIX
+    record = None if entry.get('sha256') else _read_record(record_path)
+    unverifiable = not any(entry.get(f) for f in CHECKSUM_FIELDS) and record is None
+    if unverifiable and not trust:
+        raise UnverifiedError(
+            f'{name}: its authors publish no checksum for {entry["file"]}, so it cannot be '
+            f'verified; if you trust {", ".join(entry.get("urls") or ["its source"])}, download it '
+            f'with: ifnd-zoo download {name} --trust-remote (trust=True in Python); its SHA-256 is '
+            'then recorded and every later download must match it')
     if osp.isfile(target):
-        if sha256sum(target) == expected:
+        try:
+            actual = _verify(entry, target, record, record_path, f'the cached {target}')
+        except ChecksumError as err:
+            print(f'{err}; downloading it again', file=sys.stderr)
+            os.unlink(target)  # a corrupt cached copy is replaced, not trusted
+        else:
+            if not entry.get('sha256') and record is None:
+                _write_record(entry, record_path, actual, target, target)
             return target
-        os.unlink(target)  # a corrupt cached copy is replaced, not trusted
     sources = _sources(entry)
     if not sources:
         raise RuntimeError(f'{name} has no download URL; set IFND_ZOO_URL to a mirror (URL or '
                            f'directory) holding {entry["file"]}, or rebuild it with: '
                            f'{entry.get("reproduce", "see model_zoo/README.md")}')
+    limit = entry['size'] if entry.get('size') is not None else entry.get('max_size')
     part = target + '.part'
     errors = []
     for source in sources:
         for attempt in range(1, retries + 1):
             try:
-                _fetch(source, part, entry.get('size'), progress, timeout)
-            except WebPageError as err:
+                if source.startswith('hf://'):
+                    fetched = _fetch_hub(name, source, folder, limit, progress, timeout)
+                else:
+                    _fetch(name, source, part, entry.get('size'), limit, progress, timeout)
+                    fetched = part
+            except (WebPageError, OversizeError) as err:
                 errors.append(str(err))
-                break  # the same page again on retry: the next source
+                break  # the same answer again on retry: the next source
             except (OSError, http.client.HTTPException) as err:
                 errors.append(f'{source} (attempt {attempt}): {err}')
                 time.sleep(min(0.5 * attempt, 2.0))
                 continue
-            actual = sha256sum(part)
-            if actual != expected:
-                os.unlink(part)
-                errors.append(f'{source}: SHA-256 {actual} differs from the index ({expected}); '
-                              'the file was deleted')
+            try:
+                actual = _verify(entry, fetched, record, record_path, source)
+            except ChecksumError as err:
+                os.unlink(fetched)
+                errors.append(f'{err}; the file was deleted')
                 print(f'checksum mismatch for {source}: deleted the download', file=sys.stderr)
                 break  # the next mirror, since this one serves a different file
-            os.replace(part, target)
+            os.replace(fetched, target)
+            if not entry.get('sha256') and record is None:
+                _write_record(entry, record_path, actual, target, source)
             return target
     if osp.exists(part):
         os.unlink(part)
@@ -249,7 +472,7 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
     """A published model: its backbone as an ``Encoder`` (default) or the whole algorithm."""
     from mmengine.config import Config
 
-    from ifnd.engine.checkpoint import checkpoint_config
+    from ifnd.models.architecture import checkpoint_architecture
     from ifnd.models.encoder import Encoder, load_backbone_weights, load_encoder
     from ifnd.registry import MODELS
 
@@ -257,9 +480,9 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
     if pretrained:
         path = download(name, **download_kwargs)
         checkpoint = torch.load(path, map_location='cpu', weights_only=True)
-        cfg = checkpoint_config(checkpoint, path)  # read as data, never executed
-        model_cfg = cfg.get('model') if cfg is not None else None
-        if model_cfg is None:
+        # The architecture alone, allow-listed: the file's config never compiles or downloads.
+        model_cfg = checkpoint_architecture(checkpoint, path)
+        if model_cfg is None or 'backbone' not in model_cfg:
             if algorithm:
                 raise ValueError(f'{path} carries no usable model config, so algorithm=True cannot '
                                  f'rebuild {name}; load its backbone alone (algorithm=False)')
@@ -271,9 +494,9 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
         if pretrained:
             model.load_state_dict(checkpoint['state_dict'], strict=True)
         return model.eval()
-    encoder = Encoder(model_cfg.backbone, model_cfg.get('data_preprocessor'))
+    encoder = Encoder(model_cfg['backbone'], model_cfg.get('data_preprocessor'))
     if pretrained:
-        load_backbone_weights(encoder.backbone, path)
+        load_backbone_weights(encoder.backbone, path, checkpoint)
     return encoder.eval()
 
 
@@ -290,6 +513,27 @@ def _repo_config(entry: dict) -> str:
 
 README_PATH = osp.join(REPO_ROOT, 'model_zoo', 'README.md')
 README_FIELDS = ('algorithm', 'backbone', 'dataset', 'epochs', 'size', 'config', 'reproduce')
+# A published baseline (an entry citing its authors' file in ``published_in``) needs these.
+BASELINE_FIELDS = ('algorithm', 'backbone', 'dataset', 'epochs', 'published_in', 'metrics')
+
+
+def is_baseline(entry: dict) -> bool:
+    """Whether an entry is another method's published checkpoint (not trained here)."""
+    return 'published_in' in entry
+
+
+def _cite(published_in: dict) -> str:
+    return (f'{published_in.get("repository")}, `{published_in.get("path")}` at '
+            f'{str(published_in.get("commit"))[:12]}')
+
+
+def _checksum_words(entry: dict) -> str:
+    if entry.get('sha256'):
+        return f'SHA-256 `{entry["sha256"][:16]}…`'
+    for field, words in (('sha256_prefix', 'SHA-256 prefix'), ('md5_prefix', 'MD5 prefix')):
+        if entry.get(field):
+            return f'{words} `{entry[field]}`, then trust on first use'
+    return 'none published: `--trust-remote`'
 
 
 def render_readme(index_path: str | None = None) -> str:
@@ -297,58 +541,118 @@ def render_readme(index_path: str | None = None) -> str:
     path = index_path or os.environ.get('IFND_ZOO_INDEX', INDEX_PATH)
     entries = [info for _, info in sorted(_index(path).items())]
     for entry in entries:
-        for field in README_FIELDS:
+        for field in BASELINE_FIELDS if is_baseline(entry) else README_FIELDS:
             if field not in entry:
                 raise _entry_error(path, entry, field, 'is missing (the model table needs it)')
+    ours = [e for e in entries if not is_baseline(e)]
+    baselines = [e for e in entries if is_baseline(e)]
     lines = ['# Model zoo', '',
              '<!-- Generated from models.yaml by `python tools/zoo.py readme`; do not edit. -->', '',
              'Load a model in Python with `ifnd.zoo.get_model(NAME)` (the backbone as an `Encoder`; '
-             '`algorithm=True` for the whole model), download one with `ifnd-zoo download NAME`. '
+             '`algorithm=True` for the whole model of ours), download one with '
+             '`ifnd-zoo download NAME`, see how it is verified with `ifnd-zoo info NAME`. '
              '`IFND_ZOO_URL` points at a mirror (URL or folder) holding the files.', '',
+             '## Ours', '',
              '| name | algorithm | backbone | data set | epochs | metrics | file | size | SHA-256 |',
              '|---|---|---|---|---|---|---|---|---|']
-    for e in entries:
+    for e in ours:
         metrics = '<br>'.join(f'{m["name"]}: {m["value"]}' for m in e.get('metrics', []))
         lines.append(f'| {e["name"]} | {e["algorithm"]} | {e["backbone"]} | {e["dataset"]} | '
                      f'{e["epochs"]} | {metrics} | {e["file"]} | {e["size"] / 2**20:.1f} MiB | '
                      f'`{e["sha256"][:16]}…` |')
+    lines += ['', '## Published baselines', '',
+              'Other methods\' checkpoints from their authors\' own links, read with the layout '
+              'readers of `ifnd/models/encoder.py`. Accuracies are the authors\' reports, not '
+              'measured here.', '',
+              '| name | method | backbone | data set | epochs | reported | checksum | source |',
+              '|---|---|---|---|---|---|---|---|']
+    for e in baselines:
+        reported = '<br>'.join(f'{m["name"]}: {m["value"]}' for m in e['metrics'])
+        epochs = e['epochs'] if e['epochs'] is not None else 'not stated'
+        lines.append(f'| {e["name"]} | {e["algorithm"]} | {e["backbone"]} | {e["dataset"]} | '
+                     f'{epochs} | {reported} | {_checksum_words(e)} | {_cite(e["published_in"])} |')
     lines.append('')
-    for e in entries:
-        lines += [f'## {e["name"]}', '', e.get('description', '').strip(), '',
-                  f'- config: `{e["config"]}`',
-                  f'- reproduce: `{e["reproduce"]}`',
-                  '- download: ' + (', '.join(e.get('urls') or []) or
+    for e in ours + baselines:
+        lines += [f'## {e["name"]}', '', e.get('description', '').strip(), '']
+        if is_baseline(e):
+            lines.append(f'- published in: {_cite(e["published_in"])}')
+        else:
+            lines += [f'- config: `{e["config"]}`', f'- reproduce: `{e["reproduce"]}`']
+        lines += ['- download: ' + (', '.join(e.get('urls') or []) or
                                      'no public URL yet: serve the file from a mirror '
-                                     '(`IFND_ZOO_URL`)')]
-        lines += [f'- {m["name"]} = {m["value"]}, measured with `{m["command"]}`'
+                                     '(`IFND_ZOO_URL`)'),
+                  f'- verification: {verification(e)}']
+        lines += [f'- {m["name"]} = {m["value"]}, ' + (f'measured with `{m["command"]}`'
+                                                        if 'command' in m else
+                                                        f'reported in {m.get("reported_in", "?")}')
                   for m in e.get('metrics', [])]
         lines.append('')
     return '\n'.join(lines)
 
 
+def _describe(name: str, folder: str | None = None) -> str:
+    """``ifnd-zoo info``: the entry, then how it is verified, where it is cached and how to load it."""
+    entry = info(name)
+    target = osp.join(folder or cache_dir(), entry['file'])
+    record = _read_record(target + RECORD_SUFFIX) if not entry.get('sha256') else None
+    trust = not any(entry.get(f) for f in CHECKSUM_FIELDS) and record is None
+    if osp.isfile(target):
+        cached = target + (f' (SHA-256 {record["sha256"]} recorded at its first download, '
+                           f'{record.get("date", "date unknown")})' if record else '')
+    else:
+        cached = 'not downloaded yet'
+    lines = [yaml.safe_dump(entry, sort_keys=False, allow_unicode=True, width=100).rstrip(), '',
+             f'verification: {verification(entry)}',
+             'size: ' + (f'{entry["size"]} bytes' if entry.get('size') is not None else
+                         f'not published; a body over {entry["max_size"]} bytes (max_size) is cut off'
+                         if entry.get('max_size') is not None else 'unknown'),
+             f'cached: {cached}',
+             f'download: ifnd-zoo download {name}' + (' --trust-remote' if trust else ''),
+             f"load: ifnd.zoo.get_model('{name}'" + (', trust=True' if trust else '') +
+             ')  (an Encoder); the downloaded file works with every tool that takes a checkpoint']
+    return '\n'.join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``ifnd-zoo list | info NAME | download NAME [--dir DIR] | readme [--check]``."""
+    """``ifnd-zoo list | info NAME | download NAME [--dir DIR] [--trust-remote] | readme [--check]``."""
     parser = argparse.ArgumentParser(prog='ifnd-zoo', description='The ifnd model zoo.')
     sub = parser.add_subparsers(dest='command', required=True)
-    sub.add_parser('list', help='the published models')
-    show = sub.add_parser('info', help="a model's recipe, metrics, file and URLs")
+    sub.add_parser('list', help='the models: ours and published baselines')
+    show = sub.add_parser('info', help="a model's recipe, metrics, sources and verification")
     show.add_argument('name')
     get = sub.add_parser('download', help="download and verify a model's checkpoint")
     get.add_argument('name')
     get.add_argument('--dir', help=f'target folder (default: {cache_dir()})')
+    get.add_argument('--trust-remote', action='store_true',
+                     help='allow a file whose authors publish no checksum (its SHA-256 is recorded '
+                          'at the first download and required of every later one)')
     readme = sub.add_parser('readme', help='regenerate model_zoo/README.md from the index')
     readme.add_argument('--check', action='store_true', help='fail if the README is out of date')
     args = parser.parse_args(argv)
     try:
         if args.command == 'list':
-            for name in list_models():
-                entry = info(name)
-                print(f'{name:40s} {entry.get("algorithm", "?"):10s} {entry.get("backbone", "?"):24s} '
-                      f'{entry.get("dataset", "?")}')
+            index = _index()
+            for title, group in (('ours', [e for e in index.values() if not is_baseline(e)]),
+                                 ('published baselines (authors\' reported accuracy)',
+                                  [e for e in index.values() if is_baseline(e)])):
+                if not group:
+                    continue
+                print(f'{title}:')
+                print(f'  {"name":32s} {"method":8s} {"backbone":23s} {"data set":12s} '
+                      f'{"epochs":>6s}  checksum')
+                for e in sorted(group, key=lambda e: e['name']):
+                    checksum = ('sha256' if e.get('sha256') else 'sha256 prefix' if
+                                e.get('sha256_prefix') else 'md5 prefix' if e.get('md5_prefix')
+                                else 'none: --trust-remote')
+                    epochs = e.get('epochs')
+                    print(f'  {e["name"]:32s} {str(e.get("algorithm", "?")):8s} '
+                          f'{str(e.get("backbone", "?")):23s} {str(e.get("dataset", "?")):12s} '
+                          f'{"?" if epochs is None else epochs:>6}  {checksum}')
+            print('details, sources and verification: ifnd-zoo info NAME')
         elif args.command == 'info':
-            print(yaml.safe_dump(info(args.name), sort_keys=False, allow_unicode=True), end='')
+            print(_describe(args.name))
         elif args.command == 'download':
-            print(download(args.name, dir=args.dir))
+            print(download(args.name, dir=args.dir, trust=args.trust_remote))
         else:
             text = render_readme()
             if args.check:

@@ -1,4 +1,6 @@
-"""The model zoo against a real HTTP server on 127.0.0.1: download, resume, checksums, mirrors."""
+"""The model zoo against a real HTTP server on 127.0.0.1: download, resume, checksums, mirrors,
+and the Hugging Face Hub's file endpoints (``HF_ENDPOINT`` pointed at the same server)."""
+import hashlib
 import http.server
 import io
 import os
@@ -20,22 +22,68 @@ REPO = osp.join(osp.dirname(__file__), '..')
 
 
 class _Server(http.server.ThreadingHTTPServer):
-    """Serves files by name; can cut the first response short or serve wrong bytes."""
+    """Serves files by name, and Hub files at /{repo}/resolve/{revision}/{file}; can cut the first
+    response short, serve wrong bytes, or send an endless body."""
 
     def __init__(self, files: dict[str, bytes]):
         super().__init__(('127.0.0.1', 0), _Handler)
         self.files, self.cut_first, self.corrupt, self.requests = files, False, False, []
         self.html = None  # a Content-Type: answer every request with an HTML page under it
+        self.hub = {}  # (repo, revision, file) -> bytes
+        self.endless = False  # GET bodies repeat the file without Content-Length, until cut off
+        self.sent = 0  # body bytes the endless mode got out
+
+
+ENDLESS_LIMIT = 64 * 2**20  # bounds the server in case the client never stops reading
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def _hub_file(self):
+        """The Hub file a /{org}/{repo}/resolve/{revision}/{file} path names, with its key."""
+        parts = self.path.split('/')
+        if len(parts) == 6 and parts[3] == 'resolve':
+            key = (f'{parts[1]}/{parts[2]}', parts[4], parts[5])
+            return key, self.server.hub.get(key)
+        return None, None
+
+    def do_HEAD(self):
+        key, data = self._hub_file()
+        self.server.requests.append(('HEAD', self.path))
+        if data is None:
+            self.send_error(404)
+            return
+        self.send_response(200)  # the headers huggingface_hub's get_hf_file_metadata reads
+        self.send_header('X-Repo-Commit', key[1])
+        self.send_header('ETag', f'"{hashlib.sha256(data).hexdigest()}"')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+
+    def _endless(self, data):
+        self.send_response(200)
+        self.end_headers()  # no Content-Length: the body ends when the connection closes
+        try:
+            while self.server.sent < ENDLESS_LIMIT:
+                self.wfile.write(data)
+                self.server.sent += len(data)
+        except OSError:
+            pass  # the client stopped reading
+
     def do_GET(self):
         server = self.server
+        key, hub_data = self._hub_file()
         name = self.path.rsplit('/', 1)[-1]
         server.requests.append((name, self.headers.get('Range')))
+        if key is not None:
+            if hub_data is None:
+                self.send_error(404)
+                return
+            server.files = {**server.files, name: hub_data}
+        if server.endless and name in server.files:
+            self._endless(server.files[name])
+            return
         if server.html:
             page = b'<!DOCTYPE html><html><body>Sign in to download this file</body></html>'
             self.send_response(200)
@@ -286,3 +334,237 @@ def test_zoo_command_reports_a_malformed_index_in_one_line(tmp_path):
                          env=dict(os.environ, IFND_ZOO_INDEX=str(index), IFND_HOME=str(tmp_path)))
     assert out.returncode == 1 and 'Traceback' not in out.stderr
     assert out.stderr.strip().count('\n') == 0 and "entry 'x': field 'file'" in out.stderr
+
+
+# Published baselines: peer layouts served as plain URLs and as Hub files, verified as published.
+
+REVISION = 'a' * 40
+
+
+@pytest.fixture(scope='module')
+def peer_files():
+    """Small checkpoints in the layouts of MoCo v2, mmpretrain, MoCo v3, PCL and DINO (torchvision)."""
+    from test_checkpoint_layouts import mmselfsup, moco_v2_pcl, moco_v3, source_network, torchvision_file
+    body = {k: v for k, v in source_network('resnet18').state_dict().items() if not k.startswith('fc.')}
+    files = {}
+    for layout, write in dict(moco=moco_v2_pcl, mmpretrain=mmselfsup, moco_v3=moco_v3, pcl=moco_v2_pcl,
+                              dino=torchvision_file).items():
+        buffer = io.BytesIO()
+        torch.save(write(body, 'resnet18'), buffer)
+        files[layout] = buffer.getvalue()
+    return body, files
+
+
+def _checks(data: bytes, how: str) -> dict:
+    sha, md5 = hashlib.sha256(data).hexdigest(), hashlib.md5(data).hexdigest()
+    return {'sha256': {'sha256': sha}, 'sha256_prefix': {'sha256_prefix': sha[:8]},
+            'md5_prefix': {'md5_prefix': md5[:8]}, 'none': {'checksum': 'none'},
+            'wrong_md5_prefix': {'md5_prefix': 'f' * 8 if not md5.startswith('f' * 8) else '0' * 8},
+            'wrong_sha256_prefix': {'sha256_prefix': '0' * 8 if not sha.startswith('0' * 8) else 'f' * 8},
+            'wrong_sha256': {'sha256': '0' * 64}}[how]
+
+
+@pytest.fixture
+def zoo_env(tmp_path, monkeypatch):
+    """An empty cache, a loopback server as HF_ENDPOINT, and a function writing a one-entry index."""
+    server, url = _serve({})
+    monkeypatch.setenv('IFND_HOME', str(tmp_path / 'home'))
+    monkeypatch.setenv('HF_ENDPOINT', url)
+    monkeypatch.setenv('HF_HOME', str(tmp_path / 'hf_home'))  # no user token or cache is read
+    monkeypatch.delenv('IFND_ZOO_URL', raising=False)
+    index = tmp_path / 'models.yaml'
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+
+    def publish(data: bytes, how: str, hub: bool = True, file: str = 'peer.pth.tar', **fields) -> dict:
+        if hub:
+            server.hub['lab/baselines', REVISION, file] = data
+            source = f'hf://lab/baselines/{file}@{REVISION}'
+        else:
+            server.files[file] = data
+            source = f'{url}/{file}'
+        entry = {'name': 'peer', 'file': file, 'urls': [source], 'max_size': 2 * len(data),
+                 **_checks(data, how), **fields}
+        index.write_text(yaml.safe_dump({'models': [entry]}))
+        return entry
+
+    yield server, publish
+    server.shutdown()
+
+
+def _cache_files():
+    """The zoo's cache without huggingface_hub's bookkeeping (refs, lock files, empty folders)."""
+    if not osp.exists(zoo.cache_dir()):
+        return []
+    return sorted(osp.relpath(osp.join(d, f), zoo.cache_dir()) for d, _, files in os.walk(zoo.cache_dir())
+                  for f in files if f != 'CACHEDIR.TAG' and not {'refs', '.locks'} & set(osp.join(d, f).split(os.sep)))
+
+
+@pytest.mark.parametrize('layout, how', [('moco', 'md5_prefix'), ('mmpretrain', 'sha256_prefix'),
+                                         ('moco_v3', 'none'), ('pcl', 'none'), ('dino', 'sha256')])
+@pytest.mark.parametrize('hub', [True, False], ids=['hub', 'url'])
+def test_baselines_download_verified_and_load_as_encoders(peer_files, zoo_env, layout, how, hub):
+    body, files = peer_files
+    server, publish = zoo_env
+    publish(files[layout], how, hub=hub)
+    trust = how == 'none'
+    encoder = zoo.get_model('peer', progress=False, trust=trust)
+    state = encoder.backbone.model.state_dict()
+    assert set(state) == set(body) and all(torch.equal(state[k], body[k]) for k in body)
+    assert _cache_files() == (['peer.pth.tar'] if how == 'sha256' else
+                              ['peer.pth.tar', 'peer.pth.tar.verified.json'])
+    if how != 'sha256':  # trust on first use: the full SHA-256 is recorded
+        with open(osp.join(zoo.cache_dir(), 'peer.pth.tar.verified.json')) as f:
+            record = yaml.safe_load(f)
+        assert record['sha256'] == hashlib.sha256(files[layout]).hexdigest()
+    if hub:
+        assert ('HEAD', f'/lab/baselines/resolve/{REVISION}/peer.pth.tar') in server.requests
+
+
+@pytest.mark.parametrize('how, message', [('wrong_md5_prefix', 'MD5 .* does not start with the published prefix'),
+                                          ('wrong_sha256_prefix', 'SHA256 .* does not start with the published'),
+                                          ('wrong_sha256', 'differs from the index')])
+@pytest.mark.parametrize('hub', [True, False], ids=['hub', 'url'])
+def test_wrong_hashes_and_prefixes_are_refused_and_deleted(peer_files, zoo_env, how, message, hub):
+    _, files = peer_files
+    _, publish = zoo_env
+    publish(files['moco'], how, hub=hub)
+    with pytest.raises(RuntimeError, match=message):
+        zoo.download('peer', progress=False)
+    assert _cache_files() == [], 'nothing is kept, nothing recorded'
+
+
+@pytest.mark.parametrize('how', ['md5_prefix', 'none'])
+@pytest.mark.parametrize('hub', [True, False], ids=['hub', 'url'])
+def test_a_remote_file_changed_after_the_first_download_is_refused(peer_files, zoo_env, how, hub):
+    _, files = peer_files
+    server, publish = zoo_env
+    publish(files['moco'], how, hub=hub)
+    path = zoo.download('peer', progress=False, trust=True)
+    os.unlink(path)  # the cached copy is gone (or was never copied here): the next call downloads
+    changed = files['moco'][:-1] + bytes([files['moco'][-1] ^ 1])
+    if hub:
+        server.hub['lab/baselines', REVISION, 'peer.pth.tar'] = changed
+        server.files = {}
+    else:
+        server.files['peer.pth.tar'] = changed
+    with pytest.raises(RuntimeError, match='differs from the one recorded at the first download.*has changed'):
+        zoo.download('peer', progress=False, trust=True)
+    assert not osp.exists(path)
+    # A corrupted cached copy is caught the same way, and replaced by a good download.
+    server.hub['lab/baselines', REVISION, 'peer.pth.tar'] = server.files['peer.pth.tar'] = files['moco']
+    server.files = {} if hub else server.files
+    with open(path, 'wb') as f:
+        f.write(changed)
+    assert open(zoo.download('peer', progress=False), 'rb').read() == files['moco']
+
+
+def test_an_entry_without_checksum_needs_trust(peer_files, zoo_env, capsys):
+    _, files = peer_files
+    server, publish = zoo_env
+    publish(files['dino'], 'none', hub=False)
+    with pytest.raises(zoo.UnverifiedError, match='publish no checksum.*--trust-remote.*trust=True'):
+        zoo.get_model('peer', progress=False)
+    with pytest.raises(SystemExit, match='publish no checksum'):
+        zoo.main(['download', 'peer'])
+    assert server.requests == [], 'nothing is fetched without the flag'
+    zoo.main(['info', 'peer'])
+    out = capsys.readouterr().out
+    assert 'no checksum' in out and 'trust on first use' in out and 'download peer --trust-remote' in out
+    zoo.main(['download', 'peer', '--trust-remote'])
+    assert capsys.readouterr().out.strip() == osp.join(zoo.cache_dir(), 'peer.pth.tar')
+    zoo.main(['info', 'peer'])
+    out = capsys.readouterr().out
+    assert 'recorded at its first download' in out and 'download: ifnd-zoo download peer\n' in out
+    zoo.get_model('peer')  # from now on verified against the recorded SHA-256, no flag needed
+
+
+@pytest.mark.parametrize('hub', [True, False], ids=['hub', 'url'])
+@pytest.mark.parametrize('mode', ['endless', 'announced'])
+def test_an_oversized_body_stops_at_the_index_size(peer_files, zoo_env, hub, mode):
+    _, files = peer_files
+    server, publish = zoo_env
+    data = files['moco']
+    if mode == 'endless':
+        server.endless = True  # the announced size (Hub HEAD) is right, the body never ends
+        entry = publish(data, 'md5_prefix', hub=hub, size=len(data))
+    else:
+        entry = publish(data, 'md5_prefix', hub=hub, max_size=len(data) // 2)  # too big for the index
+    limit = entry.get('size') or entry['max_size']
+    with pytest.raises(RuntimeError, match=rf"peer: .* over the {limit} bytes the index allows.*deleted"):
+        zoo.download('peer', progress=False)
+    assert server.sent < limit + 4 * 2**20, 'the client stopped reading soon after the limit'
+    assert _cache_files() == [], 'no partial file is kept'
+
+
+@pytest.mark.parametrize('urls, expected', [
+    (['hf://lab/repo/x.pth@main'], 'pinned 40-hex-digit commit'),
+    ([f'hf://lab/repo/..@{REVISION}'], 'plain file name'),
+    ([f'hf://lab/repo/sub/x.pth@{REVISION}'], 'hf://ORG/REPO/FILE@COMMIT'),
+    (['ftp://host/x.pth'], 'not an http'),
+])
+def test_index_sources_are_checked(tmp_path, monkeypatch, urls, expected):
+    index = tmp_path / 'models.yaml'
+    index.write_text(yaml.safe_dump({'models': [{'name': 'x', 'file': 'x.pth', 'checksum': 'none',
+                                                 'max_size': 10, 'urls': urls}]}))
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+    with pytest.raises(ValueError, match=f"entry 'x': field 'urls'.*{expected}"):
+        zoo.list_models()
+
+
+def test_an_entry_with_urls_needs_a_size_bound(tmp_path, monkeypatch):
+    index = tmp_path / 'models.yaml'
+    index.write_text(yaml.safe_dump({'models': [{'name': 'x', 'file': 'x.pth', 'checksum': 'none',
+                                                 'urls': ['https://example.org/x.pth']}]}))
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+    with pytest.raises(ValueError, match="field 'size' is missing: a download needs"):
+        zoo.list_models()
+
+
+class _FakeHfApi:
+    """HfApi's upload, into the loopback server's Hub files."""
+    server = None
+
+    def create_repo(self, repo_id, repo_type=None, exist_ok=False):
+        self.repo = repo_id
+
+    def upload_file(self, *, path_or_fileobj, path_in_repo, repo_id, repo_type=None, commit_message=None):
+        commit = hashlib.sha1(commit_message.encode()).hexdigest()
+        with open(path_or_fileobj, 'rb') as f:
+            self.server.hub[repo_id, commit, path_in_repo] = f.read()
+        return type('CommitInfo', (), {'oid': commit})()
+
+
+def test_publish_pushes_to_the_hub_and_indexes_the_pinned_commit(publication, zoo_env, tmp_path, monkeypatch):
+    import huggingface_hub
+    from test_checkpoint_layouts import _tool
+    model, _, _ = publication
+    server, _ = zoo_env
+    _FakeHfApi.server = server
+    monkeypatch.setattr(huggingface_hub, 'HfApi', _FakeHfApi)
+    ckpt = tmp_path / 'epoch_1.pth'
+    torch.save({'state_dict': model.state_dict(), 'meta': {'cfg': digits_config(
+        str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5)).pretty_text}}, ckpt)
+    index = tmp_path / 'models.yaml'
+    _tool('publish_model').main([str(ckpt), '--name', 'tiny_hub', '--reproduce', 'x', '--out-dir',
+                                 str(tmp_path / 'files'), '--index', str(index), '--push-to-hub', 'lab/ifnd'])
+    entry = zoo.info('tiny_hub')
+    (repo, commit, file), data = next(iter(server.hub.items()))
+    assert repo == 'lab/ifnd' and entry['urls'] == [f'hf://lab/ifnd/{file}@{commit}']
+    assert entry['sha256'] == hashlib.sha256(data).hexdigest() and entry['size'] == len(data)
+    encoder = zoo.get_model('tiny_hub', progress=False)
+    x = torch.rand(2, 3, 16, 16)
+    torch.testing.assert_close(encoder.extract_feat(x), model.eval().extract_feat(x), rtol=0, atol=0)
+    with pytest.raises(SystemExit, match="--push-to-hub 'ifnd' is not ORG/REPO"):
+        _tool('publish_model').main([str(ckpt), '--name', 'x', '--reproduce', 'x', '--push-to-hub', 'ifnd'])
+
+
+def test_the_repository_index_lists_the_published_baselines(monkeypatch):
+    monkeypatch.delenv('IFND_ZOO_INDEX', raising=False)
+    names = zoo.list_models()
+    for name in ('moco_v1_r50_200e_in1k', 'moco_v2_r50_200e_in1k', 'moco_v2_r50_800e_in1k',
+                 'mmpretrain_mocov2_r50_200e_in1k', 'moco_v3_r50_1000e_in1k', 'pcl_v2_r50_200e_in1k',
+                 'dino_r50_in1k'):
+        entry = zoo.info(name)
+        assert entry['published_in']['repository'] and len(entry['published_in']['commit']) == 40
+        assert entry['metrics'][0]['reported_in'] and entry['urls']
+    assert set(names) >= {'ifnd_r18half_8e_fmnist', 'simclr_r18half_8e_fmnist'}

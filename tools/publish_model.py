@@ -1,5 +1,12 @@
-"""Publish a training checkpoint to the model zoo: strip training state, name by hash, index it."""
+"""Publish a training checkpoint to the model zoo: strip training state, name by hash, index it.
+
+``--push-to-hub ORG/REPO`` also uploads the file to the Hugging Face Hub (the token of
+``huggingface-cli login`` or ``HF_TOKEN``) and indexes it as ``hf://ORG/REPO/FILE@COMMIT``, pinned to
+the commit the upload made.
+"""
 import argparse
+import re
+from typing import Sequence
 import hashlib
 import io
 import os.path as osp
@@ -19,7 +26,10 @@ KEPT_META = ('cfg', 'epoch', 'iter', 'seed', 'mmengine_version', 'experiment_nam
 GIT_LIMIT = 5 * 2**20
 
 
-def parse_args() -> argparse.Namespace:
+HUB_REPO = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*')
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('checkpoint', help='a checkpoint written by tools/train.py')
@@ -33,7 +43,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--url', action='append', default=[], help='a download URL (repeatable)')
     parser.add_argument('--out-dir', default='work_dirs/published', help='where the file goes')
     parser.add_argument('--index', default=INDEX_PATH, help='the zoo index to update')
-    return parser.parse_args()
+    parser.add_argument('--push-to-hub', metavar='ORG/REPO',
+                        help='upload the file to this Hugging Face Hub model repository (created '
+                             'if missing) and index it at the upload\'s commit')
+    return parser.parse_args(argv)
 
 
 def strip_checkpoint(checkpoint: dict, source: str = 'checkpoint') -> dict:
@@ -53,6 +66,22 @@ def strip_checkpoint(checkpoint: dict, source: str = 'checkpoint') -> dict:
     return {'state_dict': {k: v.clone() for k, v in state.items()}, 'meta': meta}
 
 
+def push_to_hub(path: str, file_name: str, repo_id: str, name: str) -> str:
+    """Upload a published file to a Hub model repository; its ``hf://`` source at the new commit."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo_id, repo_type='model', exist_ok=True)
+    commit = api.upload_file(path_or_fileobj=path, path_in_repo=file_name, repo_id=repo_id,
+                             repo_type='model', commit_message=f'Add {name} ({file_name})')
+    revision = getattr(commit, 'oid', None)
+    if not isinstance(revision, str) or not re.fullmatch(r'[0-9a-f]{40}', revision):
+        raise SystemExit(f'error: the Hub upload to {repo_id} returned no commit id ({revision!r}); '
+                         'check the repository on the Hub and index the file by hand')
+    print(f'uploaded {file_name} to {repo_id} at commit {revision}')
+    return f'hf://{repo_id}/{file_name}@{revision}'
+
+
 def describe(cfg: Config) -> dict:
     """Algorithm, backbone, data set and epochs as the config gives them."""
     backbone = cfg.model.backbone
@@ -63,9 +92,12 @@ def describe(cfg: Config) -> dict:
             'dataset': cfg.train_dataloader.dataset.type, 'epochs': cfg.train_cfg.max_epochs}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """Write the stripped file and its index entry."""
-    args = parse_args()
+    args = parse_args(argv)
+    if args.push_to_hub is not None and not HUB_REPO.fullmatch(args.push_to_hub):
+        raise SystemExit(f'error: --push-to-hub {args.push_to_hub!r} is not ORG/REPO (e.g. '
+                         'my-lab/ifnd-models)')
     check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--index': args.index},
                     folders={'--out-dir': args.out_dir})
     with input_errors_as_messages():
@@ -87,11 +119,14 @@ def publish(args: argparse.Namespace) -> None:
     path = osp.join(args.out_dir, file_name)
     AtomicLocalBackend().put(data, path)
     torch.load(path, map_location='cpu', weights_only=True)  # what users will do must work
+    urls = list(args.url)
+    if args.push_to_hub:
+        urls.append(push_to_hub(path, file_name, args.push_to_hub, args.name))
 
     entry = {'name': args.name, **describe(cfg),
              'config': args.config or '', 'description': args.description,
              'metrics': [{'name': n, 'value': float(v), 'command': c} for n, v, c in args.metric],
-             'file': file_name, 'size': len(data), 'sha256': sha, 'urls': args.url,
+             'file': file_name, 'size': len(data), 'sha256': sha, 'urls': urls,
              'reproduce': args.reproduce}
     index = {'models': []}
     if osp.isfile(args.index):
