@@ -238,6 +238,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if not (sep and eq and key) or method not in METHODS:
             parser.error(f'--method-options takes METHOD:KEY=VALUE with METHOD one of '
                          f'{", ".join(METHODS)}, got {item!r}')
+        if method not in args.methods:
+            # It would be silently ignored: no run of that method is made.
+            parser.error(f'--method-options {item}: {method} is not in --methods '
+                         f'({" ".join(args.methods)}); add it to --methods or drop the option')
         args.method_options.setdefault(method, {})[key] = value
     if args.epochs is not None and args.epochs < 1:
         parser.error('--epochs must be >= 1')
@@ -385,6 +389,109 @@ def cfg_options(method: str, cfg, args: argparse.Namespace, seed: int | None = N
         raise SystemExit('ifnd: the config has no PseudoLabelHook in custom_hooks')
     opts.update(args.method_options.get(method, {}))
     return _as_cli(opts) + list(args.cfg_options)
+
+
+def _as_train_reads(options: list[str]) -> dict:
+    """``--cfg-options`` items read back as tools/train.py reads them (values typed alike)."""
+    from ifnd.engine.cli import CfgOptionsAction
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
+    return parser.parse_args(['--cfg-options', *options]).cfg_options if options else {}
+
+
+def _model_error(cfg) -> Exception | None:
+    """Why the config's model cannot be built (its constructor's checks), or None; nothing is allocated."""
+    import copy
+
+    import torch
+    from mmengine.registry import init_default_scope
+
+    import ifnd  # noqa: F401  (registers the models)
+    from ifnd.engine.cli import INPUT_ERRORS
+    from ifnd.registry import MODELS
+    init_default_scope('ifnd')
+    model = copy.deepcopy(cfg.model)
+    if cfg.get('data_preprocessor') is not None:
+        model.setdefault('data_preprocessor', cfg.data_preprocessor)  # as the Runner builds it
+    try:
+        with torch.device('meta'):  # shapes only: the full-size models build in a fraction of a second
+            MODELS.build(model)
+    except (*INPUT_ERRORS, AssertionError) as err:
+        return err
+    return None
+
+
+def _unknown_keyword(cfg, key: str, method: str) -> str:
+    """Why ``key`` is refused by a class that passes ``**kwargs`` on (the key check lets it through)."""
+    import difflib
+
+    from ifnd.engine.cli import _parameter_types, _registered_class
+    *parents, name = key.split('.')
+    node = cfg.to_dict()
+    for part in parents:
+        node = node[int(part)] if isinstance(node, (list, tuple)) else node[part]
+    cls = _registered_class(node['type']) if isinstance(node.get('type'), str) else node.get('type')
+    names = list(_parameter_types(cls)) if cls is not None else []
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    hint = (f'did you mean {" or ".join(method + ":" + ".".join([*parents, c]) for c in close)}?'
+            if close else f'it takes: {", ".join(names)}')
+    return f'{getattr(cls, "__name__", node.get("type"))} takes no {name!r}; {hint}'
+
+
+def check_method_options(method: str, cfg, options: list[str], args: argparse.Namespace) -> None:
+    """Refuse ``method``'s ``--method-options`` its training run would reject, before any training.
+
+    ``options`` are the run's ``--cfg-options``: each of the method's keys must name something its
+    config takes (``check_cfg_options``), its value must have the type the class declares
+    (``check_cfg_types``), and the model must build with it (the constructor's range checks).
+    """
+    import copy
+
+    from ifnd.engine.cli import check_cfg_options, check_cfg_types
+    own = args.method_options.get(method, {})
+    if not own:
+        return
+    read = _as_train_reads(options)
+    budget = copy.deepcopy(cfg)
+    budget.merge_from_dict({k: v for k, v in read.items() if k not in own})
+
+    def fail(key: str, reason: str):
+        raise SystemExit(f'error: --method-options {method}:{key}={own[key]}: {reason}')
+
+    for key in own:
+        try:
+            check_cfg_options(budget, {key: read[key]})
+        except SystemExit as err:
+            # Its message starts "--cfg-options key '<key>' is not in ...": say it of this option.
+            fail(key, 'the key ' + str(err.code).split(f"'{key}' ", 1)[-1])
+    merged = copy.deepcopy(budget)
+    merged.merge_from_dict({key: read[key] for key in own})
+    try:
+        check_cfg_types(merged)
+    except ValueError as err:
+        named = [key for key in own if f"'{key}'" in str(err)]
+        reason = str(err).split('; fix it in')[0]
+        if named:
+            fail(named[0], f'{reason}; give a value of that type')
+        raise SystemExit(f'error: {method}: {reason}') from None
+    error = _model_error(merged)
+    if error is None:
+        return
+    base_error = _model_error(budget)
+    if base_error is not None:
+        raise SystemExit(f'error: {method}: the model of {osp.basename(cfg.filename)} does not build '
+                         f'with the benchmark\'s settings: {" ".join(str(base_error).split())}')
+    for key in own:  # the option whose value the constructor refuses
+        alone = copy.deepcopy(budget)
+        alone.merge_from_dict({key: read[key]})
+        refused = _model_error(alone)
+        if isinstance(refused, TypeError) and 'unexpected keyword argument' in str(refused):
+            fail(key, _unknown_keyword(alone, key, method))
+        if refused is not None:
+            fail(key, f'{" ".join(str(refused).split())}; change the value')
+    keys = ' '.join(f'{method}:{key}={value}' for key, value in own.items())
+    raise SystemExit(f'error: --method-options {keys}: together they are refused: '
+                     f'{" ".join(str(error).split())}; change one of them')
 
 
 def _method_option_texts(method_options: dict) -> list[str]:
@@ -641,11 +748,13 @@ def run_plan(plan: dict, args: argparse.Namespace) -> dict | None:
         print(f'{what}: not finished in {work_dir}; left out (--skip-train)', flush=True)
         return None
     os.makedirs(work_dir, exist_ok=True)
-    seconds = _run(plan['cmd'], osp.join(work_dir, 'train.log'), args, what)
+    # Not finished before (or --rerun): start over, replacing what an earlier attempt left there.
+    # --overwrite is left out of the recorded commands: it does not change the results.
+    seconds = _run([*plan['cmd'], '--overwrite'], osp.join(work_dir, 'train.log'), args, what)
     linear_seconds = None
     if plan['linear_cmd']:
-        linear_seconds = _run(plan['linear_cmd'], osp.join(work_dir, 'linear.log'), args,
-                              f'{what} linear probe')
+        linear_seconds = _run([*plan['linear_cmd'], '--overwrite'], osp.join(work_dir, 'linear.log'),
+                              args, f'{what} linear probe')
     record = {'commands': commands, 'seconds': seconds, 'linear_seconds': linear_seconds,
               'finished': time.strftime('%Y-%m-%d %H:%M:%S')}
     save_json(record, record_path)
@@ -988,8 +1097,10 @@ def make_plans(args: argparse.Namespace) -> list[dict]:
         for method in args.methods:
             cfg = configs[method]
             work_dir = osp.join(args.work_dir, method, f'seed_{seed}')
-            cmd = train_command(getattr(args, f'{method}_config'), work_dir,
-                                cfg_options(method, cfg, args, seed, split), args)
+            options = cfg_options(method, cfg, args, seed, split)
+            if seed == args.seeds[0]:  # a bad option fails now, not hours later inside a run
+                check_method_options(method, cfg, options, args)
+            cmd = train_command(getattr(args, f'{method}_config'), work_dir, options, args)
             linear_cmd = None
             if linear_cfg is not None:
                 epochs = args.epochs or cfg.train_cfg.max_epochs

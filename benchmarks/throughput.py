@@ -167,7 +167,8 @@ def run(data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str) ->
         env['OMP_NUM_THREADS'] = env['MKL_NUM_THREADS'] = str(args.threads)
     log_path = osp.join(work_dir, 'train.log')
     with open(log_path, 'w') as log:
-        proc = subprocess.run([args.python, 'tools/train.py', config, '--work-dir', work_dir],
+        proc = subprocess.run([args.python, 'tools/train.py', config, '--work-dir', work_dir,
+                               '--overwrite'],  # each measurement is a new run
                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         with open(log_path) as f:
@@ -222,7 +223,7 @@ def preset_command(views: str, args: argparse.Namespace) -> tuple[list[str], str
     if args.fmnist_root:
         options += [f'train_dataloader.dataset.data_root={args.fmnist_root}',
                     f'custom_hooks.1.val_dataset.data_root={args.fmnist_root}']
-    command = [args.python, 'tools/train.py', FMNIST_RECIPES[views], '--work-dir', work_dir,
+    command = [args.python, 'tools/train.py', FMNIST_RECIPES[views], '--work-dir', work_dir, '--overwrite',
                '--cfg-options', *options, *args.cfg_options]
     return command, work_dir
 

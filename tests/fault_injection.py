@@ -8,6 +8,7 @@ epoch E), ``checkpoint_write:E`` (half-way through writing epoch_E.pth) or
 import os
 import signal
 
+from mmengine.dist import barrier
 from mmengine.hooks import Hook
 
 import ifnd.hooks.pseudo_label_hook as pseudo_label_hook
@@ -34,6 +35,7 @@ class FaultInjectionHook(Hook):
 
     def after_train_epoch(self, runner) -> None:
         if POINT == 'after_checkpoint' and runner.epoch + 1 == int(WHEN):
+            barrier()  # with several processes: none dies before rank 0 has written the checkpoint
             die()
 
 

@@ -174,6 +174,36 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypa
     assert torch.load(run / 'epoch_2.pth', weights_only=False)['meta']['epoch'] == 2
 
 
+def test_full_disk_gives_one_line_and_no_traceback(tmp_path, monkeypatch, capsys):
+    """The disk fills after epoch 1's checkpoint: the log file's writes fail, then epoch 2's checkpoint."""
+    import logging
+    path = _config_file(tmp_path, max_epochs=2)
+    run = tmp_path / 'run'
+    real_fsync, real_flush = os.fsync, logging.StreamHandler.flush
+
+    def fsync_disk_full_for_epoch_2(fd):
+        if os.readlink(f'/proc/self/fd/{fd}').endswith('epoch_2.pth'):
+            raise OSError(28, 'No space left on device')
+        real_fsync(fd)
+
+    def log_file_flush_on_a_full_disk(handler):  # FileHandler only: the console handler still works
+        if (run / 'epoch_1.pth').exists():
+            raise OSError(28, 'No space left on device')
+        real_flush(handler)
+
+    monkeypatch.setattr(os, 'fsync', fsync_disk_full_for_epoch_2)
+    monkeypatch.setattr(logging.FileHandler, 'flush', log_file_flush_on_a_full_disk, raising=False)
+    capsys.readouterr()
+    message = _error(path, '--cfg-options', 'log_level=INFO')  # epoch 2 logs lines after the disk filled
+    out, err = capsys.readouterr()
+    assert message.startswith(f'error: could not write {run / "epoch_2.pth"} (No space left on device); '
+                              'earlier files are intact. Free space in')
+    assert 'Traceback' not in out + err and 'Logging error' not in out + err
+    assert (out + err).count('could not write the log file') == 1  # one warning, then the console only
+    assert sorted(f for f in os.listdir(run) if not osp.isdir(run / f) and f != 'cfg.py') == \
+        ['epoch_1.pth', 'last_checkpoint']
+
+
 def test_resume_in_an_empty_work_dir(tmp_path):
     message = _error(_config_file(tmp_path), '--resume')
     assert 'found no checkpoint in' in message and 'without --resume' in message

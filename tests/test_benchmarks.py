@@ -484,3 +484,35 @@ def test_flagged_negatives_are_read_per_epoch_and_tabled(tmp_path):
     assert '| FNC-elim (1 of 2 seeds) | 50.00 | 20.00 | 50.00 | 30.00 |' in table
     bench.plot(result, str(tmp_path / 'fn.png'))
     assert osp.getsize(tmp_path / 'fn.png') > 10_000
+
+
+@pytest.mark.parametrize('method, option, expected', [
+    ('debiased', 'model.tau_plu=0.05', "DebiasedCL takes no 'tau_plu'; did you mean debiased:model.tau_plus?"),
+    ('fnc_elim', 'model.neck.hiden_dim=64', "(model.neck has no 'hiden_dim'); did you mean "
+                                           "'model.neck.hidden_dim'?"),
+    ('debiased', 'model.tau_plus=1.5', 'tau_plus (the class prior τ⁺) must be in [0, 1), got 1.5'),
+    ('hard_negative', 'model.beta=-1', 'beta (the hardness β) must be a finite number >= 0, got -1'),
+    ('fnc_attr', 'model.top_k=0', 'FNC top_k must be an int >= 1'),
+    ('fnc_elim', 'model.top_k=2.5', "config key 'model.top_k' must be int | None, got 2.5 (float)"),
+])
+def test_false_negatives_method_options_checked_before_any_training(capsys, method, option, expected):
+    """A misspelt key or an out-of-range value fails the dry run, naming the method, the key and the fix."""
+    with pytest.raises(SystemExit) as exit_info:
+        _load('false_negatives').main(['--dry-run', '--seeds', '0', '--linear-epochs', '0',
+                                       '--methods', 'simclr', method, '--method-options',
+                                       f'{method}:{option}'])
+    message = str(exit_info.value.code)
+    assert message.startswith(f'error: --method-options {method}:{option}: ') and '\n' not in message
+    assert expected in message
+    assert '$ ' not in capsys.readouterr().out, 'no command is planned'
+
+
+def test_false_negatives_method_options_for_a_method_not_run(capsys):
+    bench = _load('false_negatives')
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--methods', 'simclr', 'ifnd', '--method-options', 'debiased:model.tau_plus=0.05'])
+    assert ('--method-options debiased:model.tau_plus=0.05: debiased is not in --methods (simclr ifnd); add '
+            'it to --methods or drop the option') in capsys.readouterr().err
+    # The preset's options of methods not run are not the user's: they are left alone.
+    assert bench.parse_args(['--methods', 'simclr']).method_options['debiased'] == \
+        bench.CPU_METHOD_OPTIONS['debiased']

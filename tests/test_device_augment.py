@@ -344,3 +344,68 @@ def test_full_jitter_equals_the_four_adjustments_in_each_samples_order():
         for j in order[i].tolist():
             want = steps[j](want, factors[j][i:i + 1])
         torch.testing.assert_close(y[i:i + 1], want, rtol=0, atol=1e-5)
+
+
+def _save_in(path, fmt: str) -> None:
+    """A small textured image in ``fmt`` (an animated GIF for 'GIF-anim')."""
+    yy, xx = np.mgrid[0:24, 0:36]
+    img = np.stack([xx * 7 % 256, yy * 10 % 256, (xx + yy) * 3 % 256], -1).astype(np.uint8)
+    if fmt == 'GIF-anim':
+        frames = [Image.fromarray(img), Image.fromarray(255 - img)]
+        frames[0].save(path, 'GIF', save_all=True, append_images=frames[1:])
+    else:
+        Image.fromarray(img).save(path, fmt, **({'lossless': True} if fmt == 'WEBP' else {}))
+
+
+@pytest.mark.parametrize('fmt, ext', [('JPEG', 'jpg'), ('PNG', 'png'), ('GIF', 'gif'), ('GIF-anim', 'gif'),
+                                      ('WEBP', 'webp'), ('BMP', 'bmp'), ('TIFF', 'tif'), ('PPM', 'ppm')])
+def test_device_decoding_reads_every_format_as_the_cpu_path(tmp_path, fmt, ext):
+    from ifnd.datasets.datasets import read_encoded
+    from ifnd.datasets.device_augment import decode_images
+    (tmp_path / 'cls').mkdir()
+    path = tmp_path / 'cls' / f'img.{ext}'
+    _save_in(path, fmt)
+    cpu = ImageFolder(str(tmp_path), extensions=(f'.{ext}',)).load_image(0)  # GIF is not a default extension
+    cpu = torch.from_numpy(np.array(cpu)).permute(2, 0, 1)
+    device = decode_images([read_encoded(str(path))], [str(path)])[0]
+    assert device.dtype == torch.uint8 and device.shape == cpu.shape == (3, 24, 36)
+    if fmt == 'JPEG':  # two JPEG decoders: close, not always bit-equal
+        assert (device.float() - cpu.float()).abs().mean() < 2.0
+    else:
+        assert torch.equal(device, cpu)
+
+
+def _claiming_a_huge_size(path, fmt: str, width: int = 20000, height: int = 10000) -> None:
+    """A small image file whose header claims ``width`` x ``height`` pixels (above Pillow's bomb limit)."""
+    import struct
+    import zlib
+    _save_in(path, fmt)
+    data = bytearray(path.read_bytes())
+    if fmt == 'PNG':  # IHDR's width and height, then its CRC (Pillow checks it)
+        data[16:24] = struct.pack('>II', width, height)
+        data[29:33] = struct.pack('>I', zlib.crc32(bytes(data[12:29])))
+    elif fmt == 'JPEG':  # the start-of-frame segment's height and width
+        sof = data.index(b'\xff\xc0')
+        data[sof + 5:sof + 9] = struct.pack('>HH', height, width)
+    elif fmt == 'BMP':  # BITMAPINFOHEADER's width and height
+        data[18:26] = struct.pack('<ii', width, height)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize('fmt, ext', [('JPEG', 'jpg'), ('PNG', 'png'), ('BMP', 'bmp')])
+def test_device_decoding_refuses_decompression_bombs_as_the_cpu_path(tmp_path, fmt, ext):
+    from ifnd.datasets.datasets import read_encoded
+    from ifnd.datasets.device_augment import decode_images
+    (tmp_path / 'cls').mkdir()
+    path = tmp_path / 'cls' / f'bomb.{ext}'
+    _claiming_a_huge_size(path, fmt)
+    with pytest.raises(CorruptImageError) as cpu:
+        ImageFolder(str(tmp_path)).load_image(0)
+    good = tmp_path / 'cls' / 'good.jpg'
+    _save_in(good, 'JPEG')  # a good file in the batch: the bomb is still found and named
+    with pytest.raises(CorruptImageError) as device:
+        decode_images([read_encoded(str(good)), read_encoded(str(path))], [str(good), str(path)])
+    reason = f"Cannot read image '{path}' (Image size (200000000 pixels) exceeds limit of 178956970 pixels"
+    assert str(cpu.value).startswith(reason) and 'decompression bomb' in str(cpu.value)
+    assert str(device.value).startswith(str(cpu.value).split('; ')[0])
+    assert 'remove or replace the file' in str(device.value)

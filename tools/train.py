@@ -6,7 +6,9 @@ import os.path as osp
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from ifnd.engine.cli import CfgOptionsAction, input_errors_as_messages, runner_config
+from ifnd.engine.checkpoint import SafeLoadRunner, check_new_run, remove_run
+from ifnd.engine.cli import (CfgOptionsAction, init_distributed_without_cuda, input_errors_as_messages,
+                             runner_config)
 from ifnd.registry import RUNNERS
 
 
@@ -19,6 +21,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from CKPT, or from the latest checkpoint in the work dir '
                         'when no path is given')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='start a new run in a work dir that holds one: first delete its '
+                        'checkpoints, last_checkpoint and pseudo labels (logs stay); without it '
+                        'such a work dir is refused')
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction,
                         help='override config keys, e.g. train_cfg.max_epochs=10 '
@@ -37,12 +43,42 @@ def build_config(args: argparse.Namespace) -> Config:
                          args.launcher)
 
 
+def optimizer_options(cfg_options: dict | None) -> tuple[str, ...]:
+    """The optimizer settings given with --cfg-options (``optim_wrapper.optimizer.lr`` -> ``'lr'``)."""
+    prefix = 'optim_wrapper.optimizer.'
+    return tuple(key[len(prefix):] for key in cfg_options or {}
+                 if key.startswith(prefix) and '.' not in key[len(prefix):] and key != prefix + 'type')
+
+
+def prepare_work_dir(cfg: Config, args: argparse.Namespace) -> None:
+    """Refuse a new run in a work dir that holds one; with --overwrite, delete that run's files."""
+    if args.resume is not None:
+        if args.overwrite:
+            raise SystemExit('error: --overwrite starts the run over and --resume continues it: '
+                             'give one of them')
+        return
+    if not args.overwrite:
+        check_new_run(cfg.work_dir)
+        return
+    rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID',
+                                                 os.environ.get('OMPI_COMM_WORLD_RANK', '0')))
+    if rank == '0':  # one process deletes; the others' runs start empty all the same
+        removed = remove_run(cfg.work_dir)
+        if removed:
+            print(f'--overwrite: deleted the earlier run in {cfg.work_dir} ({len(removed)} files: '
+                  'checkpoints, last_checkpoint, pseudo labels)', flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Build the runner and train; bad input ends with a one-line error."""
     args = parse_args(argv)
     with input_errors_as_messages():
         cfg = build_config(args)
+        prepare_work_dir(cfg, args)
+        init_distributed_without_cuda(cfg, args.cfg_options)  # CPU processes over gloo
         runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+        if isinstance(runner, SafeLoadRunner):  # --resume: these values win over the checkpoint's
+            runner.resume_optimizer_keys = optimizer_options(args.cfg_options)
         runner.train()
     last = osp.join(runner.work_dir, f'epoch_{runner.epoch}.pth')
     if osp.isfile(last):

@@ -25,6 +25,11 @@ default_hooks = dict(
     # Stop at a NaN/inf loss (checked at each flush of the runtime info, every iteration of it),
     # naming the first such iteration and the last finite loss.
     finite_loss=dict(type='FiniteLossHook'),
+    # Each process's BN running statistics averaged at every epoch's end (DDP does not broadcast
+    # them), before clustering rounds, kNN and checkpoints read them: a resumed run matches.
+    sync_bn_stats=dict(type='SyncBNStatsHook'),
+    # A log file that cannot be written (a full disk) gives one warning, not a traceback per line.
+    log_file_errors=dict(type='LogFileErrorHook'),
 )
 
 log_processor = dict(window_size=10, by_epoch=True)

@@ -7,9 +7,11 @@ text by parsing it, evaluating literal values only, without executing anything.
 import ast
 import glob
 import logging
+import math
 import os
 import pickle
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -18,7 +20,8 @@ from mmengine.config import Config
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
-from mmengine.runner import Runner, find_latest_checkpoint
+from mmengine.optim import OptimWrapper
+from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint, _load_checkpoint_to_model
 
 from ifnd.registry import RUNNERS
@@ -53,9 +56,12 @@ class AtomicLocalBackend(LocalBackend):
             if isinstance(err, OSError):
                 kept = ('its previous version is intact' if os.path.exists(filepath)
                         else 'earlier files are intact')
-                raise OSError(err.errno, f'could not write {filepath} ({err.strerror or err}); {kept}. '
-                              f'Free space in {folder} (or choose another --work-dir) and run again '
-                              '(--resume continues from the last checkpoint)') from err
+                # The message alone, without '[Errno N]' before it: the tools print it as their line.
+                failed = OSError(f'could not write {filepath} ({err.strerror or err}); {kept}. '
+                                 f'Free space in {folder} (or choose another --work-dir) and run again '
+                                 '(--resume continues from the last checkpoint)')
+                failed.errno = err.errno
+                raise failed from err
             raise
 
     def put_text(self, obj: str, filepath: str | Path, encoding: str = 'utf-8') -> None:
@@ -85,18 +91,86 @@ class SafeLoadRunner(Runner):
     torch >= 2.6 loads with ``weights_only=True`` and refuses mmengine's resume state; rather
     than loading untrusted files with ``weights_only=False``, the few plain-data classes it needs
     are allowed, only while loading.
+
+    ``--resume`` without a path continues from the work dir's own files (:func:`resume_checkpoint`),
+    and the optimizer settings named in ``resume_optimizer_keys`` (tools/train.py: those given
+    with ``--cfg-options optim_wrapper.optimizer.KEY=...``) are taken from this run's config
+    instead of the checkpoint.
     """
+
+    resume_optimizer_keys: tuple[str, ...] = ()
 
     def load_or_resume(self) -> None:
         """Load or resume as mmengine does, but refuse ``--resume`` when there is nothing to resume."""
         if self._resume and self._load_from is None and not self._has_loaded:
-            if find_latest_checkpoint(self.work_dir) is None:
+            path, note = resume_checkpoint(self.work_dir)
+            if path is None:
                 raise FileNotFoundError(
-                    f'--resume found no checkpoint in {self.work_dir} (no last_checkpoint file); '
-                    'start the run without --resume, or pass the file: --resume PATH/epoch_N.pth')
-        if self._resume and not self._has_loaded:
+                    f'--resume found no checkpoint in {self.work_dir} (no last_checkpoint file, no '
+                    'epoch_*.pth or iter_*.pth); start the run without --resume, or pass the file: '
+                    '--resume PATH/epoch_N.pth')
+            if note:
+                self.logger.warning(note)
+            self._load_from = path
+        resuming = self._resume and not self._has_loaded
+        if resuming:
             self._remove_unfinished_writes()
+        wanted = self._optimizer_settings() if resuming and self.resume_optimizer_keys else None
         super().load_or_resume()
+        if wanted:
+            self._apply_optimizer_settings(wanted)
+        elif resuming and self.resume_optimizer_keys:
+            self.logger.warning(f'{", ".join(self.resume_optimizer_keys)} from the command line not '
+                                f'applied to a {type(self.optim_wrapper).__name__} (one built '
+                                "OptimWrapper only): the checkpoint's values hold")
+
+    def _optimizer_settings(self) -> list[dict] | None:
+        """This run's configured values of ``resume_optimizer_keys``, per param group, before resuming."""
+        if not isinstance(self.optim_wrapper, OptimWrapper):
+            return None  # not built (val/test) or several optimizers: nothing to carry over
+        # A scheduler moves the current value; the configured one is kept as initial_<key>.
+        return [{k: g.get(f'initial_{k}', g[k]) for k in self.resume_optimizer_keys if k in g}
+                for g in self.optim_wrapper.optimizer.param_groups]
+
+    def _apply_optimizer_settings(self, wanted: list[dict]) -> None:
+        """Put this run's optimizer values in place of the resumed ones, at the schedule's position.
+
+        The checkpoint restores every param group's values and the schedulers' ``base_values``;
+        a numeric value is scaled by new/old configured value, which follows multiplicative
+        schedules exactly (warm-up, steps, cosine to zero), and the schedulers' base values become
+        the new ones, so the rest of the schedule is the new value's.
+        """
+        groups = self.optim_wrapper.optimizer.param_groups
+        schedulers = self.param_schedulers or []
+        if isinstance(schedulers, dict):
+            schedulers = [s for group in schedulers.values() for s in group]
+        changed = []
+        for key in self.resume_optimizer_keys:
+            before = None
+            for group, values in zip(groups, wanted):
+                if key not in values or key not in group:
+                    continue
+                new, old = values[key], group.get(f'initial_{key}', group[key])
+                before = old if before is None else before
+                numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                              for v in (new, old, group[key]))
+                group[key] = group[key] * new / old if numbers and old else new
+                if f'initial_{key}' in group:
+                    group[f'initial_{key}'] = new
+            for scheduler in schedulers:
+                if getattr(scheduler, 'param_name', None) == key:
+                    scheduler.base_values = [g.get(f'initial_{key}', g[key]) for g in groups]
+                    scheduler._last_value = [g[key] for g in groups]
+            if before is not None and wanted[0].get(key) != before:
+                now = groups[0][key]
+                new = wanted[0][key]
+                same = now == new or all(isinstance(v, (int, float)) for v in (now, new)) \
+                    and math.isclose(now, new)
+                changed.append(f"{key}={new} from the command line instead of the checkpoint's "
+                               f'{before}' + ('' if same else f' ({now:.6g} at this point of the '
+                                                                'schedule)'))
+        if changed:
+            self.logger.info('Resumed with ' + '; '.join(changed))
 
     def call_hook(self, fn_name: str, **kwargs) -> None:
         """Call the hooks; a checkpoint about to be saved gets its config as plain data, not text."""
@@ -137,6 +211,105 @@ class SafeLoadRunner(Runner):
         self._has_loaded = True
         self.logger.info(f'Load checkpoint from {filename}')
         return checkpoint
+
+
+# A work dir holds a run when it has a checkpoint or last_checkpoint: a new run there would
+# overwrite them and the pseudo labels one folder down. mmengine's timestamped log folders do not
+# count, nor do the first round's pseudo labels of a run stopped before its first checkpoint (it
+# is started again without --resume).
+CHECKPOINT_NAME = re.compile(r'^(epoch|iter)_(\d+)\.pth$')
+RUN_CHECKPOINTS = ('last_checkpoint', 'epoch_*.pth', 'iter_*.pth')
+RUN_LABELS = (os.path.join('pseudo_labels', 'epoch_*.npz'), os.path.join('pseudo_labels', 'rounds.json'))
+
+
+def run_files(work_dir: str, labels: bool = True) -> list[str]:
+    """The files a training run left in ``work_dir``: ``last_checkpoint``, checkpoints, pseudo labels."""
+    found = []
+    for pattern in RUN_CHECKPOINTS + (RUN_LABELS if labels else ()):
+        found += sorted(glob.glob(os.path.join(glob.escape(work_dir), pattern)))
+    return found
+
+
+def check_new_run(work_dir: str) -> None:
+    """Refuse to start a new run (no ``--resume``) in a work dir that holds one: it would be overwritten."""
+    found = run_files(work_dir, labels=False)
+    if found:
+        names = ', '.join(os.path.relpath(f, work_dir) for f in found[:3])
+        more = f' and {len(found) - 3} more' if len(found) > 3 else ''
+        raise FileExistsError(
+            f'{work_dir} holds a run ({names}{more}) that a new run would overwrite; continue it '
+            'with --resume, choose another --work-dir, or start over with --overwrite (deletes its '
+            'checkpoints and pseudo labels)')
+
+
+def remove_run(work_dir: str) -> list[str]:
+    """Delete an earlier run's files in ``work_dir`` (:func:`run_files`; logs stay); the paths deleted."""
+    found = run_files(work_dir)
+    for path in found:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    return found
+
+
+def newest_checkpoint(work_dir: str) -> str | None:
+    """The checkpoint of the latest epoch in ``work_dir`` (``epoch_N.pth``), else of the latest iteration."""
+    found = {}
+    for name in os.listdir(work_dir) if os.path.isdir(work_dir) else []:
+        match = CHECKPOINT_NAME.match(name)
+        if match and os.path.isfile(os.path.join(work_dir, name)):
+            found.setdefault(match.group(1), []).append((int(match.group(2)), name))
+    for kind in ('epoch', 'iter'):  # by number, not time: copying a work dir changes the times
+        if kind in found:
+            return os.path.join(work_dir, max(found[kind])[1])
+    return None
+
+
+def resume_checkpoint(work_dir: str) -> tuple[str | None, str | None]:
+    """The checkpoint ``--resume`` continues from in ``work_dir``, and a note when it is not simply
+    the one ``last_checkpoint`` names.
+
+    mmengine's ``last_checkpoint`` holds an absolute path: a work dir copied or moved elsewhere
+    would resume from the original's file. The work dir's own file of that name is taken instead;
+    a named file that is missing gives the newest checkpoint in the work dir. ``(None, None)``
+    when there is none; a ``last_checkpoint`` that names no file raises ``ValueError``.
+    """
+    pointer = os.path.join(work_dir, 'last_checkpoint')
+    newest = newest_checkpoint(work_dir)
+    fix = (f'delete it (--resume then continues from the newest checkpoint, {newest}) or pass the '
+           f'checkpoint: --resume {newest}' if newest else
+           'delete it, or pass the checkpoint: --resume PATH/epoch_N.pth')
+    if not os.path.lexists(pointer):
+        return newest, (f'{work_dir} has no last_checkpoint file: resuming from its newest '
+                        f'checkpoint, {newest}' if newest else None)
+    if os.path.isdir(pointer):
+        raise ValueError(f'{pointer} is a folder, not the last_checkpoint file naming the checkpoint '
+                         f'to resume; {fix}')
+    with open(pointer, 'rb') as f:
+        raw = f.read(4097)
+    try:
+        text = raw.decode('utf-8').strip()
+    except UnicodeDecodeError:
+        text = None
+    if not text or len(raw) > 4096 or any(c in text for c in '\n\r\x00'):
+        what = 'empty' if text == '' else 'not the path of a checkpoint'
+        raise ValueError(f'{pointer} is {what} (last_checkpoint should name the checkpoint to '
+                         f'resume); {fix}')
+    named = text if os.path.isabs(text) else os.path.join(work_dir, text)
+    own = os.path.join(work_dir, os.path.basename(named))
+    if os.path.isfile(own):
+        moved = os.path.realpath(own) != os.path.realpath(named)
+        return own, (f'last_checkpoint names {named}, outside {work_dir} (the work dir was copied '
+                     f'or moved): resuming from its own {own}' if moved else None)
+    if os.path.isfile(named):  # CheckpointHook(out_dir=...) saves outside the work dir
+        return named, None
+    if newest:
+        return newest, (f'last_checkpoint names {named}, which does not exist: resuming from the '
+                        f'newest checkpoint in {work_dir}, {newest}')
+    raise FileNotFoundError(f'last_checkpoint in {work_dir} names {named}, which does not exist, and '
+                            f'{work_dir} holds no epoch_*.pth or iter_*.pth; pass the checkpoint: '
+                            '--resume PATH/epoch_N.pth')
 
 
 def empty_loader_message(dataloader) -> str:

@@ -3,6 +3,7 @@ import argparse
 import ast
 import collections.abc
 import contextlib
+import datetime
 import difflib
 import glob
 import inspect
@@ -10,6 +11,7 @@ import json
 import math
 import os
 import os.path as osp
+import subprocess
 import types
 import typing
 from collections.abc import Iterator
@@ -70,6 +72,7 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
     if cfg_options:
         check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
+    check_top_level_keys(cfg)
     check_cfg_types(cfg)
     if work_dir is not None:
         cfg.work_dir = work_dir
@@ -110,22 +113,57 @@ def _syntax_error_in(path: str, seen: set[str] | None = None) -> SyntaxError | N
         tree = ast.parse(text, filename=path)
     except SyntaxError as err:
         return err
+    for base in _base_files(path, tree):
+        found = _syntax_error_in(base, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _base_files(path: str, tree: ast.Module) -> list[str]:
+    """The ``_base_`` files a parsed Python config names, as absolute paths (literal lists only)."""
+    files = []
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and getattr(node.targets[0], 'id', None) == '_base_'):
             try:
                 bases = ast.literal_eval(node.value)
             except ValueError:
-                return None
+                return files
             for base in [bases] if isinstance(bases, str) else bases:
-                found = _syntax_error_in(osp.join(osp.dirname(path), base), seen)
-                if found is not None:
-                    return found
+                if isinstance(base, str):
+                    files.append(osp.abspath(osp.join(osp.dirname(path), base)))
+    return files
+
+
+def _base_cycle(path: str, chain: tuple[str, ...] = ()) -> list[str] | None:
+    """A cycle of ``_base_`` files reached from a Python config (first file repeated at the end)."""
+    path = osp.abspath(path)
+    if path in chain:
+        return list(chain[chain.index(path):]) + [path]
+    if not osp.isfile(path) or not path.endswith('.py'):
+        return None
+    try:
+        with open(path, encoding='utf-8') as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (SyntaxError, ValueError, OSError):
+        return None
+    for base in _base_files(path, tree):
+        found = _base_cycle(base, chain + (path,))
+        if found is not None:
+            return found
     return None
 
 
 def load_config(path: str) -> Config:
-    """``Config.fromfile`` with one-line errors: syntax errors by file and line, Python as YAML."""
+    """``Config.fromfile`` with one-line errors: syntax errors by file and line, Python as YAML,
+    ``_base_`` files that include each other."""
+    cycle = _base_cycle(path)
+    if cycle is not None:  # mmengine would recurse until RecursionError
+        start = osp.dirname(cycle[0])
+        names = ' -> '.join(osp.relpath(f, start) for f in cycle)
+        raise ValueError(f'config {path}: its _base_ files include each other ({names}); remove one '
+                         'of these _base_ entries')
     try:
         return Config.fromfile(path)
     except SyntaxError as err:
@@ -155,6 +193,15 @@ class CfgOptionsAction(DictAction):
     mmengine's own parser deletes every space; here a value is taken as written, lists and tuples
     as Python literals where they are ones (``"key=['a b', 'c']"``), else as mmengine reads them.
     """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: typing.Any, option_string: str | None = None) -> None:
+        """Parse ``key=value`` items; an item without ``=`` ends with a one-line error."""
+        for item in [values] if isinstance(values, str) else values or []:
+            if '=' not in item:
+                raise SystemExit(f"error: {option_string or '--cfg-options'} {item!r} has no value: "
+                                 f'write {item}=VALUE')
+        super().__call__(parser, namespace, values, option_string)
 
     @staticmethod
     def _parse_iterable(val: str) -> typing.Any:
@@ -275,6 +322,36 @@ def check_cfg_types(cfg: Config) -> None:
     walk(cfg.to_dict(), '')
 
 
+# Top-level config keys that mmengine reads besides Runner's arguments (tools/train.py reads
+# runner_type; Config.fromfile custom_imports).
+RUNNER_CONFIG_KEYS = ('runner_type', 'custom_imports', 'model_wrapper_cfg', 'find_unused_parameters',
+                      'compile', 'sync_bn', 'efficient_conv_bn_eval', 'activation_checkpointing')
+# The names this project's configs define at the top level for reuse by other keys and configs
+# ({{_base_.eval_pipeline}}) or read by its tools (tools/knn_eval.py: knn_hook, eval_pipeline). A
+# config's own variables start with '_' (e.g. _lr = 0.1); any other top-level key must be read.
+SHARED_CONFIG_KEYS = ('data_root', 'data', 'mean', 'std', 'view', 'train_pipeline', 'eval_pipeline',
+                      'val_dataset', 'knn_hook', 'pseudo_label_hook', 'fn_detection_hook',
+                      'support_views', 'vis_backends')
+
+
+def check_top_level_keys(cfg: Config) -> None:
+    """Refuse a top-level config key that nothing reads (``randomnes=7``), suggesting close names.
+
+    Allowed: the Runner's arguments and the keys mmengine reads (``RUNNER_CONFIG_KEYS``), the
+    project's shared names (``SHARED_CONFIG_KEYS``), and names starting with ``_``.
+    """
+    allowed = (set(inspect.signature(Runner).parameters) - {'cfg'}) | set(RUNNER_CONFIG_KEYS) \
+        | set(SHARED_CONFIG_KEYS)
+    for key in cfg.keys():
+        if key in allowed or str(key).startswith('_'):
+            continue
+        close = difflib.get_close_matches(str(key), sorted(allowed), n=3, cutoff=0.6)
+        hint = (f'did you mean {" or ".join(map(repr, close))}?' if close else
+                "if it is a variable of the config's own, start its name with '_'")
+        raise ValueError(f'config key {key!r} in {osp.basename(cfg.filename or "the config")} is '
+                         f'not a Runner setting and nothing reads it; {hint}')
+
+
 def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model-name`` and ``--cifar-stem``: override the backbone a checkpoint carries or implies."""
     parser.add_argument('--model-name',
@@ -383,14 +460,26 @@ def _file_in_the_way(path: str) -> str | None:
     return folder if folder and not osp.isdir(folder) else None
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same real path (symlinks, ``./x``) or inode (hard links)."""
+    if osp.realpath(a) == osp.realpath(b):
+        return True
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:  # one does not exist yet: not the same file
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def check_arguments(inputs: dict | None = None, outputs: dict | None = None,
                     folders: dict | None = None, batch_size: int | None = None,
                     num_workers: int | None = None, launcher: str | None = None) -> None:
     """Refuse bad command-line values before any work, with one line naming the flag and the fix.
 
-    ``inputs``: flag -> file (or list of files) that must exist and not be a folder;
-    ``outputs``: flag -> file to write (``None`` skipped), which must not be a folder nor lie under
-    a file; ``folders``: flag -> output folder, which must not be a file nor lie under one;
+    ``inputs``: flag -> file (or list of files; ``None`` skipped) that must exist and not be a
+    folder; ``outputs``: flag -> file to write (``None`` skipped), which must not be a folder nor
+    lie under a file, nor be an input or another output (same real path or same inode: it would
+    replace it); ``folders``: flag -> output folder, which must not be a file nor lie under one;
     ``batch_size`` >= 1, ``num_workers`` >= 0; ``launcher`` 'pytorch' needs torchrun's variables.
     """
     def fail(message: str):
@@ -398,6 +487,8 @@ def check_arguments(inputs: dict | None = None, outputs: dict | None = None,
 
     for flag, paths in (inputs or {}).items():
         for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+            if path is None:
+                continue
             if osp.isdir(path):
                 found = sorted(glob.glob(osp.join(path, '*.pth')))
                 example = found[-1] if found else osp.join(path, 'epoch_N.pth')
@@ -413,6 +504,16 @@ def check_arguments(inputs: dict | None = None, outputs: dict | None = None,
         if blocker:
             fail(f'{flag} {path} cannot be written: {blocker} is a file, not a folder; choose '
                  'another path')
+    # Writing an output that is an input (or an earlier output) would replace that file.
+    written: list[tuple[str, str]] = []
+    read = [(flag, path) for flag, paths in (inputs or {}).items()
+            for path in (paths if isinstance(paths, (list, tuple)) else [paths]) if path is not None]
+    for flag, path in ((f, p) for f, p in (outputs or {}).items() if p is not None):
+        for other_flag, other in read + written:
+            if _same_file(path, other):
+                fail(f'{flag} {path} is the same file as {other_flag} {other}: writing it would '
+                     f'replace it; give {flag} another path')
+        written.append((flag, path))
     for flag, path in (folders or {}).items():
         if path is None:
             continue
@@ -432,6 +533,67 @@ def check_arguments(inputs: dict | None = None, outputs: dict | None = None,
             fail(f'--launcher pytorch needs the variables torchrun sets ({", ".join(missing)} '
                  'missing): start with torchrun --nproc_per_node=NUM_GPUS ..., or leave --launcher '
                  'out to run one process')
+
+
+def _launcher_variables(launcher: str) -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT from the launcher's own variables, as
+    mmengine's ``init_dist`` sets them (torchrun sets them itself)."""
+    if launcher == 'slurm':
+        addr = subprocess.getoutput(f'scontrol show hostname {os.environ["SLURM_NODELIST"]} | head -n1')
+        os.environ.setdefault('MASTER_ADDR', addr)
+        os.environ.update(RANK=os.environ['SLURM_PROCID'], WORLD_SIZE=os.environ['SLURM_NTASKS'],
+                          LOCAL_RANK=os.environ.get('SLURM_LOCALID', '0'))
+    elif launcher == 'mpi':
+        if 'MASTER_ADDR' not in os.environ:
+            raise SystemExit('error: --launcher mpi needs MASTER_ADDR (the address of rank 0); '
+                             'export it before mpirun')
+        os.environ.update(RANK=os.environ['OMPI_COMM_WORLD_RANK'],
+                          WORLD_SIZE=os.environ['OMPI_COMM_WORLD_SIZE'],
+                          LOCAL_RANK=os.environ.get('OMPI_COMM_WORLD_LOCAL_RANK', '0'))
+    os.environ.setdefault('MASTER_PORT', '29500')
+
+
+def init_distributed_without_cuda(cfg: Config, cfg_options: dict | None = None) -> None:
+    """Start the process group over gloo when a launcher is set and CUDA is not available.
+
+    mmengine's ``init_dist`` pins each process to a GPU (``torch.cuda.set_device``), which fails
+    without one; a group that exists already is kept by ``Runner.setup_env``, so it is made here.
+    The runtime config's ``nccl`` is the GPU default and gives way to gloo; ``nccl`` asked for on
+    the command line is refused. The model is wrapped in DDP without ``device_ids`` (CPU module).
+    With CUDA available nothing changes: mmengine starts the group as configured.
+    """
+    launcher = cfg.get('launcher', 'none')
+    if launcher == 'none' or torch.cuda.is_available():
+        return
+    import torch.distributed as dist
+    from mmengine.registry import MODEL_WRAPPERS
+    from torch.nn.parallel import DistributedDataParallel
+
+    options = cfg_options or {}
+    asked = options.get('env_cfg.dist_cfg.backend',
+                        (options.get('env_cfg.dist_cfg') or {}).get('backend',
+                        ((options.get('env_cfg') or {}).get('dist_cfg') or {}).get('backend')))
+    if asked == 'nccl':
+        raise SystemExit('error: env_cfg.dist_cfg.backend=nccl needs CUDA GPUs and none is available '
+                         'here; leave the option out (gloo is used on a CPU) or run on a GPU machine')
+    cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+    dist_cfg = dict(cfg.env_cfg.dist_cfg)
+    if dist_cfg.get('backend', 'nccl') == 'nccl':
+        dist_cfg['backend'] = 'gloo'
+    cfg.env_cfg.dist_cfg = dist_cfg
+    wrapper = cfg.get('model_wrapper_cfg') or dict(
+        type='MMDistributedDataParallel', broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+    wrapper_type = MODEL_WRAPPERS.get(wrapper.get('type', 'MMDistributedDataParallel'))
+    if isinstance(wrapper_type, type) and issubclass(wrapper_type, DistributedDataParallel):
+        wrapper.setdefault('device_ids', None)  # mmengine's default names a GPU: LOCAL_RANK
+    cfg.model_wrapper_cfg = wrapper
+    if not dist.is_initialized():
+        _launcher_variables(launcher)
+        kwargs = {k: v for k, v in dist_cfg.items() if k != 'backend'}
+        if 'timeout' in kwargs:
+            kwargs['timeout'] = datetime.timedelta(seconds=kwargs['timeout'])
+        dist.init_process_group(backend=dist_cfg['backend'], init_method='env://', **kwargs)
 
 
 # Exceptions that report bad input (paths, configs, registry names, checkpoints, data, a diverged

@@ -1,12 +1,13 @@
 """Runner hooks: online kNN evaluation, pseudo-label assignment, false-negative detection quality,
 resumable seeding, loss checks, logging without per-step host syncs."""
+from .bn_stats import SyncBNStatsHook, average_bn_statistics
 from .fn_detection_hook import FalseNegativeDetectionHook
 from .knn_hook import KNNEvalHook
 from .pseudo_label_hook import PseudoLabelHook
-from .reliability import ReseedHook, FiniteLossHook
+from .reliability import ReseedHook, FiniteLossHook, LogFileErrorHook
 from .runtime_info import BufferedRuntimeInfoHook
-from .eval_hooks import FrozenBackboneCheckHook, PreciseBNHook, recompute_bn_statistics, state_fingerprint
+from .eval_hooks import ClassMatchHook, FrozenBackboneCheckHook, PreciseBNHook, recompute_bn_statistics, state_fingerprint
 
-__all__ = ['KNNEvalHook', 'PseudoLabelHook', 'FalseNegativeDetectionHook', 'FrozenBackboneCheckHook',
+__all__ = ['ClassMatchHook', 'KNNEvalHook', 'PseudoLabelHook', 'FalseNegativeDetectionHook', 'FrozenBackboneCheckHook',
            'PreciseBNHook', 'recompute_bn_statistics', 'state_fingerprint', 'ReseedHook',
-           'FiniteLossHook', 'BufferedRuntimeInfoHook']
+           'FiniteLossHook', 'LogFileErrorHook', 'BufferedRuntimeInfoHook', 'SyncBNStatsHook', 'average_bn_statistics']

@@ -1,6 +1,10 @@
-"""Hooks that make runs resumable to the bit and stop them early when training diverges."""
+"""Hooks that make runs resumable to the bit, stop them early when training diverges and keep a
+full disk's error readable."""
+import logging
 import math
+import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -93,3 +97,44 @@ class FiniteLossHook(Hook):
                 f'{last}. Lower the learning rate or clip gradients '
                 '(optim_wrapper.clip_grad=dict(max_norm=...)), then continue from the last '
                 'checkpoint with --resume')
+
+
+@HOOKS.register_module()
+class LogFileErrorHook(Hook):
+    """A log file that can no longer be written (a full disk) costs one warning line, not a traceback.
+
+    Python's logging prints a traceback to stderr for every record its file handler fails to
+    write, so a full disk buries the run's one-line error (e.g. the checkpoint that could not be
+    saved) under tracebacks. Here the first failed write logs one warning naming the file and the
+    fix, then the log goes on on the console only.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def before_run(self, runner) -> None:
+        """Guard each file handler of the runner's logger."""
+        for handler in runner.logger.handlers:
+            if isinstance(handler, logging.FileHandler):
+                handler.handleError = self._on_write_error(runner.logger, handler)
+
+    @staticmethod
+    def _on_write_error(logger: logging.Logger, handler: logging.FileHandler):
+        original = handler.handleError
+
+        def handle_error(record: logging.LogRecord) -> None:
+            err = sys.exc_info()[1]
+            if not isinstance(err, OSError):
+                original(record)
+                return
+            # A new list, not remove(): the logger may be iterating over its handlers right now.
+            logger.handlers = [h for h in logger.handlers if h is not handler]
+            try:
+                handler.close()
+            except OSError:
+                pass  # its buffer cannot be written either
+            logger.warning(f'could not write the log file {handler.baseFilename} '
+                           f'({err.strerror or err}); logging to the console only from here. Free '
+                           f'space in {os.path.dirname(handler.baseFilename)} to keep the next '
+                           "run's log")
+
+        return handle_error

@@ -1,0 +1,193 @@
+"""Work dirs and configs that used to lose data or be read wrongly: each refused in one line or handled."""
+import glob
+import json
+import math
+import os.path as osp
+import shutil
+
+import pytest
+import torch
+from helpers import CONFIG_DIR, digits_config, load_tool
+from mmengine.config import Config
+
+from ifnd.engine.checkpoint import check_new_run, resume_checkpoint
+from ifnd.engine.cli import check_top_level_keys, load_config
+
+train_tool = load_tool('train')
+
+
+def _error(*argv: str) -> str:
+    """Run tools/train.py in this process; return its one-line error."""
+    with pytest.raises(SystemExit) as exit_info:
+        train_tool.main(list(argv))
+    message = str(exit_info.value.code)
+    assert '\n' not in message, message
+    return message
+
+
+def _config_file(tmp_path, max_epochs: int = 1, **overrides) -> str:
+    """SimCLR on a tenth of digits (2 iterations an epoch), work dir ``tmp_path/run``."""
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5),
+                        max_epochs=max_epochs, **overrides)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    path = str(tmp_path / 'cfg.py')
+    cfg.dump(path)
+    return path
+
+
+# --------------------------------------------------------------------- a new run in a used work dir
+def test_new_run_refuses_a_work_dir_holding_a_run_unless_overwrite(tmp_path):
+    path = _config_file(tmp_path)
+    run = tmp_path / 'run'
+    train_tool.main([path])
+    saved = (run / 'epoch_1.pth').read_bytes()
+    message = _error(path)
+    assert f'{run} holds a run (' in message and 'last_checkpoint' in message
+    assert '--resume' in message and '--work-dir' in message and '--overwrite' in message
+    assert (run / 'epoch_1.pth').read_bytes() == saved, 'nothing is overwritten'
+
+    assert 'give one of them' in _error(path, '--resume', '--overwrite')
+    (run / 'epoch_7.pth').write_bytes(b'an earlier, longer run')
+    (run / 'pseudo_labels').mkdir()
+    (run / 'pseudo_labels' / 'rounds.json').write_text('[]')
+    train_tool.main([path, '--overwrite'])
+    assert not (run / 'epoch_7.pth').exists() and not (run / 'pseudo_labels' / 'rounds.json').exists()
+    assert (run / 'last_checkpoint').read_text().endswith('epoch_1.pth')
+
+
+def test_logs_alone_or_first_round_labels_are_not_a_run(tmp_path):
+    (tmp_path / '20250101_000000' / 'vis_data').mkdir(parents=True)
+    (tmp_path / '20250101_000000' / '20250101_000000.log').write_text('a run that failed to start')
+    (tmp_path / 'pseudo_labels').mkdir()  # a run stopped before its first checkpoint
+    (tmp_path / 'pseudo_labels' / 'epoch_0000.npz').write_bytes(b'')
+    check_new_run(str(tmp_path))
+    (tmp_path / 'iter_100.pth').write_bytes(b'')
+    with pytest.raises(FileExistsError, match='iter_100.pth'):
+        check_new_run(str(tmp_path))
+
+
+# ------------------------------------------------------------------------- resume from the work dir
+def _checkpoints(folder, *names) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(b'')
+
+
+def test_resume_checkpoint_prefers_the_work_dirs_own_files(tmp_path):
+    original, copy = tmp_path / 'original', tmp_path / 'copy'
+    _checkpoints(original, 'epoch_1.pth', 'epoch_2.pth')
+    _checkpoints(copy, 'epoch_1.pth', 'epoch_2.pth')
+    (copy / 'last_checkpoint').write_text(str(original / 'epoch_2.pth'))
+    path, note = resume_checkpoint(str(copy))
+    assert path == str(copy / 'epoch_2.pth') and 'copied or moved' in note
+
+    (copy / 'last_checkpoint').write_text(str(tmp_path / 'gone' / 'epoch_12.pth'))
+    _checkpoints(copy, 'epoch_9.pth', 'epoch_10.pth', 'iter_500.pth')
+    path, note = resume_checkpoint(str(copy))
+    assert path == str(copy / 'epoch_10.pth') and 'does not exist' in note  # by number, not name
+
+    (copy / 'last_checkpoint').unlink()
+    assert resume_checkpoint(str(copy))[0] == str(copy / 'epoch_10.pth')
+    assert resume_checkpoint(str(tmp_path / 'empty')) == (None, None)
+
+    _checkpoints(tmp_path / 'none')
+    (tmp_path / 'none' / 'last_checkpoint').write_text(str(original / 'epoch_3.pth'))
+    with pytest.raises(FileNotFoundError, match=r'last_checkpoint in .* names .*epoch_3.pth, which '
+                       r'does not exist.*--resume PATH/epoch_N.pth'):
+        resume_checkpoint(str(tmp_path / 'none'))
+
+
+@pytest.mark.parametrize('content', [b'', b'\x80\x81garbage\x00', b'a\nb', 'folder'])
+def test_bad_last_checkpoint_names_the_file_and_the_fix(tmp_path, content):
+    _checkpoints(tmp_path, 'epoch_1.pth')
+    pointer = tmp_path / 'last_checkpoint'
+    if content == 'folder':
+        pointer.mkdir()
+    else:
+        pointer.write_bytes(content)
+    with pytest.raises(ValueError, match=r'last_checkpoint') as err:
+        resume_checkpoint(str(tmp_path))
+    assert f'--resume {tmp_path / "epoch_1.pth"}' in str(err.value) and 'delete it' in str(err.value)
+
+
+def test_moved_work_dir_resumes_from_its_own_checkpoint(tmp_path, capfd):
+    path = _config_file(tmp_path, max_epochs=2)
+    original, moved = tmp_path / 'run', tmp_path / 'moved'
+    train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1'])
+    shutil.copytree(original, moved)
+    (original / 'epoch_1.pth').write_bytes(b'the original, changed since the copy')
+    train_tool.main([path, '--resume', '--work-dir', str(moved)])
+    assert (moved / 'epoch_2.pth').is_file() and not (original / 'epoch_2.pth').exists()
+    assert f'resuming from its own {moved / "epoch_1.pth"}' in capfd.readouterr().out
+
+    (moved / 'last_checkpoint').write_text('')
+    message = _error(path, '--resume', '--work-dir', str(moved))
+    assert f'{moved / "last_checkpoint"} is empty' in message and '--resume' in message
+
+
+# ------------------------------------------------------------- --resume with a new optimizer value
+@pytest.mark.parametrize('schedule', ['constant', 'cosine'])
+def test_resume_takes_the_command_line_lr_instead_of_the_checkpoints(tmp_path, capfd, schedule):
+    """1 epoch at lr 0.05, then epoch 2 resumed with lr=0.2: it trains at the new lr, and the
+    scheduler continues from the new base value (cosine over 3 epochs: 0.75 x base in epoch 2)."""
+    scheduler = (dict(type='ConstantLR', factor=1.0, by_epoch=True) if schedule == 'constant' else
+                 dict(type='CosineAnnealingLR', T_max=3, by_epoch=True, begin=0, end=3))
+    path = _config_file(tmp_path, max_epochs=2, param_scheduler=scheduler)
+    run = tmp_path / 'run'
+    train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1', 'log_level=INFO'])
+    train_tool.main([path, '--resume', '--cfg-options', 'optim_wrapper.optimizer.lr=0.2',
+                     'log_level=INFO'])
+    factor = [1.0, 1.0, 1.0] if schedule == 'constant' else \
+        [(1 + math.cos(math.pi * epoch / 3)) / 2 for epoch in range(3)]
+    lrs = {}
+    for scalars in glob.glob(str(run / '*' / 'vis_data' / 'scalars.json')):
+        for line in open(scalars):
+            entry = json.loads(line)
+            if 'lr' in entry:
+                lrs[entry['step']] = entry['lr']
+    assert lrs[1] == pytest.approx(0.05 * factor[0]) and lrs[2] == pytest.approx(0.05 * factor[0])
+    assert lrs[3] == pytest.approx(0.2 * factor[1]) and lrs[4] == pytest.approx(0.2 * factor[1])
+    ckpt = torch.load(run / 'epoch_2.pth', weights_only=False)
+    group = ckpt['optimizer']['param_groups'][0]
+    assert group['initial_lr'] == 0.2 and group['lr'] == pytest.approx(0.2 * factor[2])
+    assert ckpt['param_schedulers'][0]['base_values'] == [0.2]
+    assert "Resumed with lr=0.2 from the command line instead of the checkpoint's 0.05" in \
+        capfd.readouterr().out
+
+
+# ------------------------------------------------------------------------------- config handling
+def test_unknown_top_level_key_is_refused_with_the_close_one(tmp_path):
+    path = _config_file(tmp_path)
+    with open(path, 'a') as f:
+        f.write('randomnes = 7\n_my_lr = 0.1\n')  # '_' marks a config's own variable
+    message = _error(path)
+    assert "config key 'randomnes' in cfg.py is not a Runner setting" in message
+    assert "did you mean 'randomness'" in message
+    assert not (tmp_path / 'run').exists()
+
+
+def test_every_shipped_config_passes_the_top_level_key_check(tmp_path):
+    paths = [p for p in glob.glob(osp.join(CONFIG_DIR, '**', '*.py'), recursive=True) if '_base_' not in p]
+    assert len(paths) > 40
+    for path in paths:
+        check_top_level_keys(load_config(path))
+    # As mmengine dumps a config into its work dir (the variables' values in place).
+    dumped = str(tmp_path / 'dumped.py')
+    load_config(osp.join(CONFIG_DIR, 'benchmarks', 'linear', 'linear_r50_100e_places205.py')).dump(dumped)
+    check_top_level_keys(Config.fromfile(dumped))
+
+
+def test_circular_base_names_the_cycle(tmp_path):
+    (tmp_path / 'a.py').write_text("_base_ = ['b.py']\nx = 1\n")
+    (tmp_path / 'b.py').write_text("_base_ = ['./a.py']\ny = 2\n")
+    message = _error(str(tmp_path / 'a.py'))
+    assert 'a.py -> b.py -> a.py' in message and 'RecursionError' not in message
+    (tmp_path / 'leaf.py').write_text("_base_ = ['_base_/c.py']\n")
+    (tmp_path / '_base_').mkdir()
+    (tmp_path / '_base_' / 'c.py').write_text("_base_ = ['c.py']\n")
+    assert 'c.py -> c.py' in _error(str(tmp_path / 'leaf.py'))
+
+
+def test_cfg_options_key_without_a_value(tmp_path):
+    message = _error(_config_file(tmp_path), '--cfg-options', 'train_cfg.max_epochs=1', 'key')
+    assert message == "error: --cfg-options 'key' has no value: write key=VALUE"
