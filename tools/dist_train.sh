@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train with one process per GPU through torchrun.
+# Train with one process per GPU through torchrun; without CUDA, GPUS CPU processes over gloo.
 # Usage: tools/dist_train.sh CONFIG GPUS [train.py args]
 # Multi-node: set NNODES, NODE_RANK, MASTER_ADDR (and PORT) on every node.
 set -euo pipefail

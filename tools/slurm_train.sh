@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Train on a SLURM cluster with one task per GPU.
 # Usage: tools/slurm_train.sh PARTITION JOB_NAME CONFIG [train.py args]
-# Environment: GPUS (total, default 8), GPUS_PER_NODE (default 8), CPUS_PER_TASK (default 5),
-# SRUN_ARGS (extra srun arguments).
+# Environment: GPUS (total tasks, default 8), GPUS_PER_NODE (default 8), CPUS_PER_TASK (default 5),
+# SRUN_ARGS (extra srun arguments). GPUS_PER_NODE=0: CPU tasks over gloo, TASKS_PER_NODE (default 1)
+# of them per node.
 set -euo pipefail
 PARTITION=$1
 JOB_NAME=$2
@@ -11,8 +12,13 @@ GPUS=${GPUS:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
+if [ "$GPUS_PER_NODE" = 0 ]; then
+    GRES=() TASKS_PER_NODE=${TASKS_PER_NODE:-1}
+else
+    GRES=(--gres=gpu:"$GPUS_PER_NODE") TASKS_PER_NODE=$GPUS_PER_NODE
+fi
 cd "$(dirname "$0")/.."
 PYTHONPATH="$(pwd):${PYTHONPATH:-}" exec srun -p "$PARTITION" --job-name="$JOB_NAME" \
-    --gres=gpu:"$GPUS_PER_NODE" --ntasks="$GPUS" --ntasks-per-node="$GPUS_PER_NODE" \
+    "${GRES[@]}" --ntasks="$GPUS" --ntasks-per-node="$TASKS_PER_NODE" \
     --cpus-per-task="$CPUS_PER_TASK" --kill-on-bad-exit=1 $SRUN_ARGS \
     python -u tools/train.py "$CONFIG" --launcher slurm "${@:4}"

@@ -58,6 +58,17 @@ def _autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContext
     return torch.autocast('cuda', dtype=getattr(torch, amp_options()['dtype']))
 
 
+def pad_batch(inputs: torch.Tensor, size: int) -> torch.Tensor:
+    """``inputs`` with its last row repeated up to ``size`` rows (unchanged if it has as many)."""
+    # A compiled encoder then sees one batch shape: a smaller last batch would compile it once more
+    # (a second graph, on a GPU too) for a single batch, and marking the batch dynamic instead
+    # gives up static-shape kernels (and CUDA graphs). In eval mode each row is encoded on its
+    # own (BN uses its running statistics), so the repeated rows change nothing; they are dropped.
+    if len(inputs) >= size:
+        return inputs
+    return torch.cat([inputs, inputs[-1:].expand(size - len(inputs), *inputs.shape[1:])])
+
+
 @torch.no_grad()
 def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z',
                      batch_size: int | None = None, num_workers: int = 2,
@@ -86,12 +97,15 @@ def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z
     was_training = algorithm.training
     algorithm.eval()
     feats, labels = [], []
+    full = 0  # the first batch's size: every batch but the last has it
     try:
         for batch in batches:
             data = algorithm.data_preprocessor(batch, False)
+            inputs = data['inputs'][0]
+            full = full or len(inputs)
             with _autocast(model_device, autocast):
-                out = algorithm.clustering_features(data['inputs'][0], feature)
-            feats.append(out.float())
+                out = algorithm.clustering_features(pad_batch(inputs, full), feature)
+            feats.append(out[:len(inputs)].float())
             labels.append(data['data_samples']['label'])
             if bar is not None:
                 step = min(len(labels[-1]) * world_size, num - bar.completed)

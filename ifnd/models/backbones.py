@@ -19,7 +19,8 @@ class TimmBackbone(BaseModule):
     friendly convolutions on GPUs; the same results, and harmless, on a CPU).
     ``compile=True`` (or a dict of ``torch.compile`` options, e.g. ``dict(backend='eager')``)
     compiles the network in place at its first forward: the state-dict keys stay the same, and a
-    copy made before (MoCo's key encoder) is compiled on its own. ``compile='auto'`` (the GPU
+    copy made before (MoCo's key encoder) is compiled on its own; shapes are static
+    (``dynamic=False``) unless the dict sets ``dynamic``. ``compile='auto'`` (the GPU
     recipes) compiles when CUDA is available and the first forward runs there, and leaves the
     network uncompiled on a CPU, where the compile time is rarely won back.
     """
@@ -52,7 +53,12 @@ class TimmBackbone(BaseModule):
         if compile is not False and not isinstance(compile, dict):
             raise ValueError(f"compile must be a bool, 'auto' or a dict of torch.compile options, "
                              f'got {compile!r}')
-        self.compile_cfg = compile if compile is not False else None
+        # Static shapes unless the dict says otherwise: training batches have one size (drop_last)
+        # and feature extraction pads its last batch, so each mode compiles once, to fixed-size
+        # kernels. Under the default automatic dynamic shapes, the first training step after an
+        # extraction at another batch size would compile a dynamic-batch training graph (train
+        # and eval share the network's compiled code).
+        self.compile_cfg = None if compile is False else {'dynamic': False, **compile}
         self._compiled = False
 
     def _check_stage_count(self, model_name: str, timm_kwargs: dict) -> None:

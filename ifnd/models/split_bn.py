@@ -29,7 +29,12 @@ class SplitBatchNorm(nn.BatchNorm1d):
     state-dict keys are those of ``nn.BatchNorm{1,2,3}d``.
     """
 
-    num_splits = 1
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # An instance attribute from the start, not a class default: a compiled encoder guards on
+        # where it is found, so the first split_batchnorm() would otherwise recompile the eval
+        # (feature extraction) graph.
+        self.num_splits = 1
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:

@@ -1,0 +1,129 @@
+"""benchmarks/gpu_report.py: its commands checked on a CPU (--dry-run), its report, its saved parts;
+and the CUDA-only checks it runs (skipped without CUDA)."""
+import json
+import os.path as osp
+import sys
+
+import numpy as np
+import pytest
+import torch
+from fake_data import rgb_image
+
+BENCHMARKS = osp.join(osp.dirname(osp.abspath(__file__)), '..', 'benchmarks')
+sys.path.insert(0, BENCHMARKS)
+import gpu_report  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+
+
+def test_dry_run_checks_every_command_and_renders_the_report(tmp_path, capsys):
+    report = gpu_report.main(['--dry-run', '--out-dir', str(tmp_path / 'r')])
+    out = capsys.readouterr().out
+    for part in gpu_report.parts(str(tmp_path / 'r')):
+        assert f'[{part.name}] ok: ' in out
+    for label, goal, op, unit in gpu_report.GOALS.values():
+        assert f'| {label} |' in report and f'{op} {goal:,g} {unit}' in report
+    assert 'not measured' not in report and '| NO |' not in report
+    assert '| compiled, bf16 | 4,200 | 4,150 | 1.012 |' in report
+    assert not (tmp_path / 'r').exists()  # nothing run, nothing written
+
+
+def test_dry_run_names_a_part_whose_arguments_its_script_refuses(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_report, 'STEP_ARGS', [*gpu_report.STEP_ARGS, '--no-such-flag'])
+    with pytest.raises(SystemExit, match='step_eager_fp32: benchmarks/step_cost.py refuses'):
+        gpu_report.main(['--dry-run', '--parts', 'step_eager_fp32', '--out-dir', str(tmp_path)])
+
+
+def test_missing_and_failing_figures_are_shown_against_their_goals():
+    results = gpu_report.fake_results(gpu_report.parts('w'))
+    del results['clustering']
+    results['fmnist_full']['result']['rows'][0]['images_per_s'] = 1000.0
+    report = gpu_report.render(results, 'NVIDIA H100 80GB HBM3')
+    assert report.startswith('# GPU report: NVIDIA H100 80GB HBM3')
+    assert '| clustering round, 1.28M x 128, k = 1k/3k/10k | not measured s | <= 10 s | - |' in report
+    assert '| end to end, Fashion-MNIST (device views) | 1,000.0 img/s | >= 20,000 img/s | NO |' in report
+
+
+def test_junit_counts_the_host_sync_tests_apart(tmp_path):
+    (tmp_path / 'j.xml').write_text(
+        '<testsuites><testsuite tests="4">'
+        '<testcase name="test_training_step_makes_no_host_sync[IFND]"/>'
+        '<testcase name="test_device_view_train_step_makes_no_host_sync[a]"><failure/></testcase>'
+        '<testcase name="test_other"><skipped/></testcase><testcase name="test_x"/>'
+        '</testsuite></testsuites>')
+    assert gpu_report.junit_counts(str(tmp_path / 'j.xml')) == dict(
+        passed=2, failed=1, skipped=1, sync_passed=1, sync_failed=1)
+
+
+def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
+    """A re-run runs only the parts without a saved result; --force runs them again."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda *a: 'Fake GPU')
+    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
+    ran = []
+
+    def run_part(part, out_dir):
+        ran.append(part.name)
+        from ifnd.engine.cli import write_json
+        write_json(fake[part.name], osp.join(out_dir, f'{part.name}.json'))
+        return fake[part.name]
+
+    monkeypatch.setattr(gpu_report, 'run_part', run_part)
+    (tmp_path / 'cuda_tests.json').write_text(json.dumps(fake['cuda_tests']))
+    gpu_report.main(['--out-dir', str(tmp_path), '--parts', 'cuda_tests', 'clustering'])
+    assert ran == ['clustering']
+    report = (tmp_path / 'report.md').read_text()
+    assert '# GPU report: Fake GPU' in report and '| clustering |' in report and '| cuda_tests |' in report
+    gpu_report.main(['--out-dir', str(tmp_path), '--parts', 'cuda_tests', '--force'])
+    assert ran == ['clustering', 'cuda_tests']
+
+
+def test_without_cuda_the_report_is_refused_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(SystemExit, match='needs a CUDA device.*--dry-run'):
+        gpu_report.main(['--out-dir', str(tmp_path)])
+
+
+def _jpegs(tmp_path, sizes) -> list[str]:
+    paths = []
+    for i, (w, h) in enumerate(sizes):
+        paths.append(str(tmp_path / f'{i}.jpg'))
+        rgb_image(i, (w, h)).save(paths[-1], quality=90)
+    return paths
+
+
+@needs_cuda
+def test_nvjpeg_on_a_side_stream_is_ordered_before_the_callers_work(tmp_path):
+    """Decoded on the device from a non-default caller stream: the caller's next kernels see the
+    pixels (no host wait between), which match the CPU decoder's."""
+    from ifnd.datasets.device_augment import decode_images
+    paths = _jpegs(tmp_path, [(64, 48), (33, 71), (120, 90)])
+    encoded = [torch.from_numpy(np.fromfile(p, np.uint8)) for p in paths]
+    cpu = decode_images(encoded, paths, 'cpu')
+    caller = torch.cuda.Stream()
+    with torch.cuda.stream(caller):
+        decoded = decode_images(encoded, paths, 'cuda')
+        sums = torch.stack([img.float().mean() for img in decoded])  # queued on the caller stream
+    caller.synchronize()
+    for img, ref, total in zip(decoded, cpu, sums.cpu()):
+        assert img.is_cuda and img.shape == ref.shape
+        assert (img.cpu().float() - ref.float()).abs().mean() < 2.0
+        assert abs(float(total) - ref.float().mean().item()) < 2.0
+
+
+@needs_cuda
+def test_preprocessor_makes_device_views_of_jpegs_on_cuda(tmp_path):
+    """The CUDA branch of the data preprocessor: JPEG files in, normalised views on the GPU out."""
+    from ifnd.datasets import ImageFolder
+    from ifnd.datasets.datasets import batch_collate
+    from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
+    for c in range(2):
+        (tmp_path / f'c{c}').mkdir()
+        _jpegs(tmp_path / f'c{c}', [(40, 30), (50, 64)])
+    pipeline = dict(type='MultiView', num_views=2, transforms=dict(type='MoCoV2View', size=32))
+    ds = ImageFolder(str(tmp_path), pipeline=pipeline, augment_on='device')
+    batch = batch_collate(ds.__getitems__(list(range(len(ds)))))
+    out = ContrastiveDataPreprocessor().cuda()(batch, True)
+    assert [(tuple(v.shape), v.device.type) for v in out['inputs']] == [((4, 3, 32, 32), 'cuda')] * 2
+    assert all(torch.isfinite(v).all() for v in out['inputs'])
+    assert out['data_samples']['label'].tolist() == ds.labels.tolist()
