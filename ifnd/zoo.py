@@ -270,14 +270,14 @@ def _verify(entry: dict, path: str, record: dict | None, record_path: str, sourc
 
 
 def _write_record(entry: dict, record_path: str, sha256: str, path: str, source: str) -> None:
-    from ifnd.engine import AtomicLocalBackend  # here: mmengine loads slowly, `list` needs none of it
+    from ifnd.fileio import write_json  # here: mmengine loads slowly, `list` needs none of it
 
     check = next((f'{f} {entry[f]}' for f in ('sha256_prefix', 'md5_prefix') if entry.get(f)),
                  'none published: downloaded with trust')
     record = {'name': entry['name'], 'file': entry['file'], 'sha256': sha256,
               'size': osp.getsize(path), 'source': source, 'published_check': check,
               'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}
-    AtomicLocalBackend().put_text(json.dumps(record, indent=1) + '\n', record_path)
+    write_json(record, record_path, indent=1, newline=True)
 
 
 def _sources(entry: dict) -> list[str]:

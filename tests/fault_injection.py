@@ -11,8 +11,9 @@ import signal
 from mmengine.dist import barrier
 from mmengine.hooks import Hook
 
+import ifnd.clustering.round as clustering_round
 import ifnd.hooks.pseudo_label_hook as pseudo_label_hook
-from ifnd.engine.checkpoint import TEMP_PREFIX, AtomicLocalBackend
+from ifnd.fileio import TEMP_PREFIX, AtomicLocalBackend
 from ifnd.registry import HOOKS
 
 POINT, _, WHEN = os.environ.get('IFND_FAULT', ':').partition(':')
@@ -41,7 +42,7 @@ class FaultInjectionHook(Hook):
 
 if POINT == 'clustering':
     real_round = pseudo_label_hook.PseudoLabelHook.run_round
-    real_kmeans = pseudo_label_hook.multi_level_kmeans
+    real_kmeans = clustering_round.multi_level_kmeans
     current_round = {}
 
     def run_round_noting_epoch(self, runner, epochs_done: int, *args, **kwargs):
@@ -55,7 +56,7 @@ if POINT == 'clustering':
         return results
 
     pseudo_label_hook.PseudoLabelHook.run_round = run_round_noting_epoch
-    pseudo_label_hook.multi_level_kmeans = kmeans_then_die
+    clustering_round.multi_level_kmeans = kmeans_then_die
 
 if POINT == 'checkpoint_write':
     real_put = AtomicLocalBackend.put

@@ -13,7 +13,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from ifnd import zoo
-from ifnd.engine.checkpoint import checkpoint_config, config_to_data
+from ifnd.fileio import checkpoint_config, config_to_data
 from ifnd.evaluation.analysis import load_feature_model
 from ifnd.models import load_encoder
 from ifnd.registry import MODELS

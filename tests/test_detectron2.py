@@ -14,11 +14,10 @@ import torch
 import yaml
 from mmengine.config import Config
 
-from ifnd.engine.detectron2 import (EXTRA_NORM_HEAD, UnsupportedConfig, dataset_registrations,
-                                    detectron2_available, detectron2_options, from_detectron2,
-                                    require_detectron2, resnet_depth, run_detectron2,
-                                    to_detectron2, write_detectron2_config)
 from ifnd.models import TimmBackbone
+from ifnd.transfer import (EXTRA_NORM_HEAD, UnsupportedConfig, dataset_registrations, detectron2_available,
+                           detectron2_options, from_detectron2, require_detectron2, resnet_depth,
+                           run_detectron2, to_detectron2, write_detectron2_config)
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 COCO_CONFIGS = osp.join(REPO, 'configs', 'benchmarks', 'coco')
@@ -632,7 +631,7 @@ def test_with_detectron2_head_config_and_weights(resnet50_files, tmp_path):
     from detectron2.config import get_cfg
     from detectron2.modeling import ROI_HEADS_REGISTRY, build_model
 
-    from ifnd.engine.detectron2 import build_detectron2_config, register_extra_norm_head
+    from ifnd.transfer import build_detectron2_config, register_extra_norm_head
 
     head = register_extra_norm_head()
     assert register_extra_norm_head() is head

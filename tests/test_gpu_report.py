@@ -64,7 +64,7 @@ def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
 
     def run_part(part, out_dir):
         ran.append(part.name)
-        from ifnd.engine.cli import write_json
+        from ifnd.fileio import write_json
         write_json(fake[part.name], osp.join(out_dir, f'{part.name}.json'))
         return fake[part.name]
 

@@ -10,7 +10,7 @@ import torch
 from helpers import CONFIG_DIR, digits_config, load_tool
 from mmengine.config import Config
 
-from ifnd.engine.checkpoint import check_new_run, resume_checkpoint
+from ifnd.engine.work_dir import check_new_run, resume_checkpoint
 from ifnd.engine.cli import check_top_level_keys, load_config
 
 train_tool = load_tool('train')

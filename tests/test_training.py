@@ -11,8 +11,7 @@ import torch
 from helpers import digits_config
 from mmengine.registry import init_default_scope
 
-from ifnd.engine import AtomicLocalBackend
-from ifnd.engine.checkpoint import mmengine_checkpoint_globals
+from ifnd.fileio import AtomicLocalBackend, mmengine_checkpoint_globals
 from ifnd.registry import MODELS, RUNNERS
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from ifnd.engine.cli import check_arguments, input_errors_as_messages
-from ifnd.engine.detectron2 import export_detectron2_weights
+from ifnd.transfer import export_detectron2_weights
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -19,8 +19,8 @@ import os.path as osp
 
 import torch
 
-from ifnd.engine import AtomicLocalBackend
 from ifnd.engine.cli import add_encoder_arguments, check_arguments, input_errors_as_messages
+from ifnd.fileio import AtomicLocalBackend
 from ifnd.models.encoder import load_encoder
 
 

@@ -13,9 +13,10 @@ from mmengine.config import Config, DictAction
 
 from ifnd.engine import build_eval_dataset, extract_features
 from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                             input_errors_as_messages, resolve_device, write_json)
+                             input_errors_as_messages, resolve_device)
 from ifnd.evaluation import knn_accuracy
 from ifnd.evaluation.class_match import match_eval_classes
+from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> dict:
                   feature_dim=int(bank.shape[1]), temperature=args.temperature,
                   top1={str(k): acc for k, acc in top1.items()})
     if args.out:
-        write_json(result, args.out)
+        write_json(result, args.out, announce=True)
     return result
 
 

@@ -19,8 +19,8 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
 from ifnd.datasets import balanced_subset_indices
-from ifnd.engine import AtomicLocalBackend
 from ifnd.engine.cli import check_arguments
+from ifnd.fileio import AtomicLocalBackend
 from ifnd.registry import DATASETS
 
 SUBSET_KEYS = ('subset_fraction', 'subset_file', 'subset_seed')

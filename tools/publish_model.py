@@ -15,9 +15,8 @@ import torch
 import yaml
 from mmengine.config import Config
 
-from ifnd.engine import AtomicLocalBackend
 from ifnd.engine.cli import check_arguments, input_errors_as_messages
-from ifnd.engine.checkpoint import checkpoint_config, config_to_data
+from ifnd.fileio import AtomicLocalBackend, checkpoint_config, config_to_data
 from ifnd.models.encoder import load_checkpoint_file
 from ifnd.zoo import INDEX_PATH
 

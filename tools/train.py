@@ -6,7 +6,7 @@ import os.path as osp
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from ifnd.engine.checkpoint import SafeLoadRunner, check_new_run, remove_run
+from ifnd.engine import SafeLoadRunner, check_new_run, remove_run
 from ifnd.engine.cli import (CfgOptionsAction, init_distributed_without_cuda, input_errors_as_messages,
                              runner_config)
 from ifnd.registry import RUNNERS

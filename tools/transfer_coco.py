@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def resolve_engine(name: str) -> str:
     """The engine to run: detectron2 when asked for or, for 'auto', when it is importable."""
     if name == 'auto':
-        from ifnd.engine.detectron2 import detectron2_available
+        from ifnd.transfer import detectron2_available
         return 'detectron2' if detectron2_available() else 'torchvision'
     return name
 
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     engine = resolve_engine(args.engine)
     cfg = build_config(args)
     if engine == 'detectron2':
-        from ifnd.engine.detectron2 import require_detectron2, run_detectron2
+        from ifnd.transfer import require_detectron2, run_detectron2
         try:
             require_detectron2()
         except ImportError as err:

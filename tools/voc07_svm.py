@@ -7,8 +7,9 @@ import time
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
 from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                             resolve_device, write_json)
+                             resolve_device)
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
+from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder
 
 HEADLINE_AP = 'all-point'
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     if result['not_converged']:
         print(f'note: {result["not_converged"]} SVM fits stopped at the iteration limit (large costs)')
     if args.out:
-        write_json(result, args.out)
+        write_json(result, args.out, announce=True)
     return result
 
 

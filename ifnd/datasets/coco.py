@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import os.path as osp
 
@@ -17,6 +16,7 @@ from torchvision import tv_tensors
 from torchvision.datasets import CocoDetection, wrap_dataset_for_transforms_v2
 from torchvision.transforms import v2
 
+from ifnd.fileio import write_json
 from ifnd.registry import DATA_SAMPLERS, DATASETS
 
 from .datasets import load_rgb_image
@@ -157,9 +157,8 @@ def make_shapes_coco(root: str, num_train: int = 16, num_val: int = 8, image_siz
                 annotations.append(dict(ann, id=ann_id, image_id=image_id))
                 ann_id += 1
         files[split] = osp.join(root, 'annotations', f'instances_{split}.json')
-        with open(files[split], 'w') as f:
-            json.dump({'images': images, 'annotations': annotations,
-                       'categories': list(SHAPE_CATEGORIES)}, f)
+        write_json({'images': images, 'annotations': annotations,
+                    'categories': list(SHAPE_CATEGORIES)}, files[split], indent=None)
     return files
 
 

@@ -1,7 +1,8 @@
-"""Engine pieces: checkpoint safety, feature extraction and optimiser wrappers."""
-from .checkpoint import AtomicLocalBackend, SafeLoadRunner, mmengine_checkpoint_globals
+"""Engine pieces: the training Runner, work-dir runs, feature extraction and optimiser wrappers."""
 from .features import build_eval_dataset, extract_features, unwrap_model
 from .optim import AutoAmpOptimWrapper, amp_options
+from .runner import SafeLoadRunner
+from .work_dir import check_new_run, remove_run, resume_checkpoint
 
-__all__ = ['AtomicLocalBackend', 'SafeLoadRunner', 'mmengine_checkpoint_globals',
+__all__ = ['SafeLoadRunner', 'check_new_run', 'remove_run', 'resume_checkpoint',
            'build_eval_dataset', 'extract_features', 'unwrap_model', 'AutoAmpOptimWrapper', 'amp_options']

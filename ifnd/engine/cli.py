@@ -1,4 +1,4 @@
-"""Helpers shared by the command-line tools: device choice, JSON results, Runner configs, errors."""
+"""What the command-line tools share: device choice, Runner configs, argument checks, errors."""
 import argparse
 import ast
 import collections.abc
@@ -7,8 +7,6 @@ import datetime
 import difflib
 import glob
 import inspect
-import json
-import math
 import os
 import os.path as osp
 import subprocess
@@ -16,13 +14,11 @@ import types
 import typing
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import Registry
 from mmengine.runner import Runner
 
-from ifnd.engine.checkpoint import AtomicLocalBackend
 from ifnd.engine.optim import amp_options
 
 
@@ -34,25 +30,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise SystemExit('--device cuda was asked for but CUDA is not available')
     return device
-
-
-def write_json(result: dict | list, path: str, indent: int | None = 2) -> None:
-    """Write results as JSON atomically (the folder is created), and say where."""
-    AtomicLocalBackend().put_text(json.dumps(result, indent=indent), path)
-    print(f'Results written to {path}')
-
-
-def json_safe(value: object) -> object:
-    """``value`` with every non-finite float (NaN, inf) replaced by None, so it is strict JSON."""
-    if isinstance(value, dict):
-        return {key: json_safe(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 def runner_config(config: str, work_dir: str | None = None, resume: str | None = None,

@@ -11,6 +11,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from ifnd.dist import gather_shards, shard_index
 from ifnd.engine.optim import amp_options
 from ifnd.registry import DATASETS
 
@@ -26,12 +27,6 @@ def build_eval_dataset(dataset_cfg: dict, pipeline: dict | None) -> Dataset:
     if pipeline is not None:
         cfg['pipeline'] = pipeline
     return DATASETS.build(cfg)
-
-
-def shard_index(num: int) -> torch.Tensor:
-    """Indices of the samples this rank handles out of ``num``: ``rank::world_size``."""
-    rank, world_size = get_dist_info()
-    return torch.arange(rank, num, world_size)
 
 
 # Extraction batch of data sets read as tensors on the device, and of those read by a loader.
@@ -126,15 +121,3 @@ def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z
     if not gather:
         return local_feats, local_labels.cpu()
     return gather_shards(local_feats, num).cpu(), gather_shards(local_labels, num).cpu()
-
-
-def gather_shards(x: torch.Tensor, num: int) -> torch.Tensor:
-    """Every rank's rows for the samples ``shard_index(num)``, all-gathered in sample order."""
-    world_size = get_dist_info()[1]
-    if world_size == 1:
-        return x
-    # Shards differ in length by at most one: pad to equal size, gather, then interleave back.
-    per_rank = -(-num // world_size)
-    padded = x.new_zeros((per_rank, *x.shape[1:]))
-    padded[:len(x)] = x
-    return torch.stack(all_gather(padded), dim=1).reshape(-1, *x.shape[1:])[:num]

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from torch import Tensor
 
-from ifnd.engine.checkpoint import checkpoint_config
+from ifnd.fileio import checkpoint_config
 
 from .metrics import cluster_quality, false_negative_rates
 

@@ -13,7 +13,7 @@ from pycocotools import mask as mask_util
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from ifnd.engine.cli import write_json
+from ifnd.fileio import write_json
 from ifnd.registry import METRICS
 
 # Written to the work dir by both engines (detections by the torchvision engine only).
@@ -122,6 +122,7 @@ class CocoMetric(BaseMetric):
         stats = evaluate_coco(self.coco_gt, results, self.iou_types)
         print_log('\n' + format_results_table(stats, self.title), logger='current')
         if self.output_dir:
-            write_json(results, osp.join(self.output_dir, DETECTIONS_FILE), indent=None)
-            write_json(stats, osp.join(self.output_dir, RESULTS_FILE))
+            write_json(results, osp.join(self.output_dir, DETECTIONS_FILE), indent=None,
+                       announce=True)
+            write_json(stats, osp.join(self.output_dir, RESULTS_FILE), announce=True)
         return {f'{t}_{name}': value for t, values in stats.items() for name, value in values.items()}

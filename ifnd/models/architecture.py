@@ -2,7 +2,7 @@
 
 A checkpoint is data a user hands us. Its config (``meta['cfg']`` of a training checkpoint,
 ``meta['model']`` of a backbone-only file) is read as data by
-:func:`ifnd.engine.checkpoint.checkpoint_config`; of it, only the keys listed here, with values of
+:func:`ifnd.fileio.checkpoint_config`; of it, only the keys listed here, with values of
 the listed kinds, reach a builder. Everything else — compile options (the compiler's command line
 is one), ``pretrained`` and any path, URL or download flag, ``init_cfg``, data sets, pipelines,
 hooks, work dirs — is dropped with one log line naming it, so a reader never compiles, downloads
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from mmengine.logging import print_log
 
-from ifnd.engine.checkpoint import checkpoint_config, config_data
+from ifnd.fileio import checkpoint_config, config_data
 from ifnd.registry import MODELS
 
 # Largest width, length or count a checkpoint may ask for: far above any real architecture

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModel
 
-from ifnd.engine.checkpoint import read_checkpoint as load_checkpoint_file  # the tools' name for it
+from ifnd.fileio import read_checkpoint as load_checkpoint_file  # the tools' name for it
 from ifnd.models.architecture import checkpoint_architecture
 from ifnd.registry import MODELS
 

@@ -7,7 +7,7 @@
 # - 180k iterations at 16 images (8 GPUs x 2), lr 0.02 with 1000 linear warm-up iterations, x0.1 at
 #   120k and 160k; shorter side sampled from 640-800 in training, 800 at test, longer side <= 1333.
 # The same file drives both engines of tools/transfer_coco.py: torchvision builds it through the
-# Runner, detectron2 gets the equivalent config (ifnd/engine/detectron2.py translates it).
+# Runner, detectron2 gets the equivalent config (ifnd/transfer/detectron2_config.py translates it).
 # Run: tools/dist_transfer_coco.sh CKPT 8 --config configs/benchmarks/coco/mask_rcnn_r50_c4_2x_coco.py
 _base_ = ['../../_base_/default_runtime.py']
 

@@ -1,221 +1,27 @@
-"""COCO transfer with detectron2: the backbone in its weight format, the config in its terms.
+"""A COCO transfer config in detectron2's terms.
 
 The COCO transfer configs (``configs/benchmarks/coco/``) are mmengine Runner configs for the
-torchvision engine (``ifnd.models.detection.MaskRCNN``). This module runs the same experiment with
-detectron2, the papers' protocol (MoCo's detection code path):
-
-- ``to_detectron2`` / ``from_detectron2`` rename a timm/torchvision ResNet's weights to
-  detectron2's backbone names and back; ``export_detectron2_weights`` writes a checkpoint's
-  backbone as the pickle detectron2's checkpointer reads (C4: ``res5.*`` lands in the RoI head);
-- ``detectron2_options`` translates a config into detectron2 config keys (every value read from
-  the config, a clear error for what detectron2 cannot express), ``dataset_registrations`` finds
-  the COCO files, ``write_detectron2_config`` keeps the translation as YAML;
-- ``run_detectron2`` trains or evaluates through detectron2's ``DefaultTrainer`` and ``launch``.
-
-Only the last part needs detectron2, imported inside the functions that use it:
-``require_detectron2()`` says how to install it when it is missing.
+torchvision engine (``ifnd.models.detection.MaskRCNN``). ``detectron2_options`` translates one into
+detectron2 config keys (every value read from the config, a clear error for what detectron2 cannot
+express), ``dataset_registrations`` finds the COCO files, ``write_detectron2_config`` keeps the
+translation as YAML. Nothing here needs detectron2.
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import inspect
-import io
 import os.path as osp
-import pickle
 import re
-from types import ModuleType
 
-import numpy as np
-import torch
 import yaml
 from mmengine.config import Config
 
-from ifnd.engine.checkpoint import AtomicLocalBackend
-from ifnd.engine.cli import write_json
-from ifnd.evaluation.coco import RESULTS_FILE
-from ifnd.models.encoder import HEAD_PREFIXES, load_encoder
-
-DETECTRON2_MISSING = (
-    'detectron2 is not installed. It is not on PyPI (the look-alike packages there are broken '
-    'repackagings); install it from its source repository, which needs a C++/CUDA compiler and '
-    'builds against the torch already installed here (hence no build isolation):\n'
-    '    pip install --no-build-isolation '
-    "'git+https://github.com/facebookresearch/detectron2.git'\n"
-    'or clone it and run `pip install --no-build-isolation -e .` in the clone. '
-    'Without detectron2, run the COCO transfer with --engine torchvision.')
+from ifnd.fileio import AtomicLocalBackend
 
 TRAIN_DATASET = 'ifnd_coco_train'
 VAL_DATASET = 'ifnd_coco_val'
 EXTRA_NORM_HEAD = 'Res5ROIHeadsExtraNorm'
-WEIGHTS_FILE = 'backbone_detectron2.pkl'
-CONFIG_FILE = 'detectron2_config.yaml'
-
-# detectron2 builds exactly these ResNets: (blocks per stage, bottleneck blocks) -> depth.
-RESNET_DEPTHS = {((2, 2, 2, 2), False): 18, ((3, 4, 6, 3), False): 34, ((3, 4, 6, 3), True): 50,
-                 ((3, 4, 23, 3), True): 101, ((3, 8, 36, 3), True): 152}
 NORMS = ('BN', 'SyncBN', 'FrozenBN')
 
-# ---------------------------------------------------------------------------------------------
-# Weight conversion
-# ---------------------------------------------------------------------------------------------
-
-_BN = r'(weight|bias|running_mean|running_var)'
-# (timm/torchvision name, detectron2 name); stage N of timm (layerN) is detectron2's res{N+1}.
-_TO_DETECTRON2 = (
-    (r'conv1\.weight', lambda m: 'stem.conv1.weight'),
-    (rf'bn1\.{_BN}', lambda m: f'stem.conv1.norm.{m[1]}'),
-    (r'layer([1-4])\.(\d+)\.conv([1-3])\.weight',
-     lambda m: f'res{int(m[1]) + 1}.{m[2]}.conv{m[3]}.weight'),
-    (rf'layer([1-4])\.(\d+)\.bn([1-3])\.{_BN}',
-     lambda m: f'res{int(m[1]) + 1}.{m[2]}.conv{m[3]}.norm.{m[4]}'),
-    (r'layer([1-4])\.(\d+)\.downsample\.0\.weight',
-     lambda m: f'res{int(m[1]) + 1}.{m[2]}.shortcut.weight'),
-    (rf'layer([1-4])\.(\d+)\.downsample\.1\.{_BN}',
-     lambda m: f'res{int(m[1]) + 1}.{m[2]}.shortcut.norm.{m[3]}'),
-)
-_FROM_DETECTRON2 = (
-    (r'stem\.conv1\.weight', lambda m: 'conv1.weight'),
-    (rf'stem\.conv1\.norm\.{_BN}', lambda m: f'bn1.{m[1]}'),
-    (r'res([2-5])\.(\d+)\.conv([1-3])\.weight',
-     lambda m: f'layer{int(m[1]) - 1}.{m[2]}.conv{m[3]}.weight'),
-    (rf'res([2-5])\.(\d+)\.conv([1-3])\.norm\.{_BN}',
-     lambda m: f'layer{int(m[1]) - 1}.{m[2]}.bn{m[3]}.{m[4]}'),
-    (r'res([2-5])\.(\d+)\.shortcut\.weight',
-     lambda m: f'layer{int(m[1]) - 1}.{m[2]}.downsample.0.weight'),
-    (rf'res([2-5])\.(\d+)\.shortcut\.norm\.{_BN}',
-     lambda m: f'layer{int(m[1]) - 1}.{m[2]}.downsample.1.{m[3]}'),
-)
-
-
-def _rename(key: str, rules) -> str | None:
-    for pattern, name in rules:
-        match = re.fullmatch(pattern, key)
-        if match:
-            return name(match)
-    return None
-
-
-def _listing(keys: list[str]) -> str:
-    return ', '.join(keys[:8]) + (f' ... ({len(keys)} in all)' if len(keys) > 8 else '')
-
-
-def to_detectron2(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """A timm/torchvision ResNet state dict under detectron2's backbone names, as numpy arrays."""
-    model, unknown = {}, []
-    for key, value in state.items():
-        if key.endswith('num_batches_tracked') or key.startswith(HEAD_PREFIXES):
-            continue  # detectron2 keeps no batch counter; a classifier head has no place there
-        name = _rename(key, _TO_DETECTRON2)
-        if name is None:
-            unknown.append(key)
-            continue
-        value = value.detach().cpu()
-        if value.dtype == torch.bfloat16:
-            value = value.float()  # numpy has no bfloat16; float32 holds it exactly
-        model[name] = value.numpy().copy()
-    if unknown:
-        raise ValueError(
-            f'{len(unknown)} weights have no counterpart in detectron2\'s ResNet: '
-            f'[{_listing(unknown)}]. detectron2 builds the standard ResNet (one 7x7 stem '
-            'convolution, basic or bottleneck blocks); other models (deep stems, SE blocks, '
-            'non-ResNets) cannot be exported. Use --engine torchvision for them')
-    if not model:
-        raise ValueError('no ResNet weights found (expected conv1.weight, layer1.0.conv1.weight, '
-                         '...)')
-    stem = model.get('stem.conv1.weight')
-    if stem is None or stem.shape[1:] != (3, 7, 7):
-        shape = 'missing' if stem is None else f'of shape {tuple(stem.shape)}'
-        raise ValueError(
-            f'the stem convolution conv1.weight is {shape}, but detectron2\'s ResNet stem is a 7x7 '
-            'convolution on RGB followed by max-pooling. A CIFAR-stem encoder (3x3, no max-pool, '
-            'for 28/32-pixel images) has no detectron2 counterpart; transfer an encoder '
-            'pre-trained with the ImageNet stem (cifar_stem=False)')
-    return model
-
-
-def from_detectron2(model: dict) -> dict[str, torch.Tensor]:
-    """detectron2 backbone weights (numpy arrays or tensors) under timm/torchvision names."""
-    state, unknown = {}, []
-    for key, value in model.items():
-        name = _rename(key, _FROM_DETECTRON2)
-        if name is None:
-            unknown.append(key)
-            continue
-        state[name] = torch.as_tensor(value).clone()
-    if unknown:
-        raise ValueError(
-            f'{len(unknown)} weights are not detectron2 ResNet backbone weights: '
-            f'[{_listing(unknown)}]; expected stem.conv1.*, res2.0.conv1.* ... res5.*.shortcut.*')
-    return state
-
-
-def resnet_depth(state: dict[str, torch.Tensor]) -> int:
-    """The depth (18, 34, 50, 101 or 152) of a standard ResNet state dict with timm names."""
-    blocks = []
-    for stage in range(1, 5):
-        indices = {int(m[1]) for k in state if (m := re.match(rf'layer{stage}\.(\d+)\.', k))}
-        if not indices or indices != set(range(len(indices))):
-            raise ValueError(f'not a ResNet: the blocks of layer{stage} are {sorted(indices)}')
-        blocks.append(len(indices))
-    bottleneck = 'layer1.0.conv3.weight' in state
-    depth = RESNET_DEPTHS.get((tuple(blocks), bottleneck))
-    if depth is None:
-        kind = 'bottleneck' if bottleneck else 'basic'
-        raise ValueError(f'a ResNet with {tuple(blocks)} {kind} blocks per stage is none of the '
-                         'depths detectron2 builds (18, 34, 50, 101, 152)')
-    # detectron2 derives every width from the depth (64 channels in res2, one group): a wide or
-    # grouped ResNet (wide_resnet*, resnext*) would not fit its layers.
-    conv1, conv2 = state['layer1.0.conv1.weight'], state['layer1.0.conv2.weight']
-    if conv1.shape[0] != 64 or conv2.shape[1] != conv2.shape[0]:
-        groups = conv2.shape[0] // conv2.shape[1]
-        raise ValueError(f'res2 is {conv1.shape[0]} channels wide with {groups} groups; detectron2 '
-                         'is set up here for the standard ResNet (64 channels, 1 group)')
-    return depth
-
-
-class _PortablePickler(pickle.Pickler):
-    """Arrays as ``numpy.ndarray(shape, dtype, buffer)``: the file loads under numpy 1.x and 2.x.
-
-    numpy 2 pickles arrays through ``numpy._core``, which numpy 1.x (still common beside
-    detectron2) cannot import.
-    """
-
-    def reducer_override(self, obj):
-        if type(obj) is np.ndarray:
-            data = bytearray(np.ascontiguousarray(obj).tobytes())  # bytearray: writable on load
-            return np.ndarray, (obj.shape, obj.dtype.str, data)
-        return NotImplemented
-
-
-def export_detectron2_weights(checkpoint_path: str, out: str, model_name: str | None = None,
-                              default_backbone: dict | None = None) -> dict:
-    """Write a checkpoint's backbone as a detectron2 weight file; return its name, depth and size.
-
-    The file is ``{'model': {name: array}, '__author__': 'ifnd', 'matching_heuristics': True}``:
-    detectron2's checkpointer then matches ``res2.0.conv1.weight`` to
-    ``backbone.res2.0.conv1.weight`` and, in C4 models, ``res5.*`` to ``roi_heads.res5.*``.
-    ``model_name`` overrides the checkpoint's backbone; ``default_backbone`` is how to read files
-    that carry no model config (MoCo, torchvision).
-    """
-    # Building the encoder checks every key and shape against the named backbone.
-    encoder = load_encoder(checkpoint_path, model_name=model_name,
-                           default_backbone=default_backbone)
-    timm_model = encoder.backbone.model
-    state = timm_model.state_dict()
-    model = to_detectron2(state)
-    depth = resnet_depth(state)
-    buffer = io.BytesIO()
-    _PortablePickler(buffer, protocol=4).dump(
-        {'model': model, '__author__': 'ifnd', 'matching_heuristics': True})
-    AtomicLocalBackend().put(buffer.getvalue(), out)
-    name = getattr(timm_model, 'pretrained_cfg', {}).get('architecture') or model_name
-    return {'out': out, 'model_name': name, 'depth': depth, 'num_tensors': len(model)}
-
-
-# ---------------------------------------------------------------------------------------------
-# Config translation
-# ---------------------------------------------------------------------------------------------
 
 class UnsupportedConfig(ValueError):
     """A config setting that the detectron2 engine cannot express."""
@@ -559,7 +365,8 @@ def _data_options(cfg: dict) -> dict[str, object]:
     }
 
 
-def _plain(cfg) -> dict:
+def config_dict(cfg: Config | dict) -> dict:
+    """A config as a plain dict (a ``Config`` converted, a dict copied)."""
     return cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
 
 
@@ -573,7 +380,7 @@ def detectron2_options(cfg: Config, weights: str, output_dir: str, num_gpus: int
     """
     if num_gpus < 1:
         raise ValueError(f'num_gpus must be at least 1, got {num_gpus}')
-    cfg = _plain(cfg)
+    cfg = config_dict(cfg)
     options = {'MODEL.WEIGHTS': weights, **_model_options(cfg['model'], depth)}
     options.update(_data_options(cfg))
     options.update(_solver_options(cfg, num_gpus, amp))
@@ -610,7 +417,7 @@ def write_detectron2_config(options: dict[str, object], path: str) -> None:
 def dataset_registrations(cfg: Config, data_root: str | None,
                           include_train: bool = True) -> list[tuple[str, str, str]]:
     """``(name, json_file, image_root)`` of the train and val COCO sets, checked to exist."""
-    cfg = _plain(cfg)
+    cfg = config_dict(cfg)
     splits = ([(TRAIN_DATASET, 'train_dataloader')] if include_train else []) + \
         [(VAL_DATASET, 'val_dataloader')]
     registrations, missing = [], []
@@ -632,193 +439,3 @@ def dataset_registrations(cfg: Config, data_root: str | None,
             'train_dataloader.dataset.ann_file=... train_dataloader.dataset.img_dir=... '
             '(and the same for val_dataloader)')
     return registrations
-
-
-# ---------------------------------------------------------------------------------------------
-# Running detectron2 (imported lazily)
-# ---------------------------------------------------------------------------------------------
-
-def detectron2_available() -> bool:
-    """Whether detectron2 can be imported."""
-    try:
-        return importlib.util.find_spec('detectron2') is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def require_detectron2() -> ModuleType:
-    """The detectron2 module, or an ImportError that says how to install it."""
-    try:
-        import detectron2
-    except ImportError as err:
-        raise ImportError(DETECTRON2_MISSING) from err
-    return detectron2
-
-
-def register_extra_norm_head() -> type:
-    """Register (once) the C4 RoI head with one more norm layer after res5, MoCo's choice."""
-    require_detectron2()
-    from detectron2.layers import get_norm
-    from detectron2.modeling import ROI_HEADS_REGISTRY
-    from detectron2.modeling.roi_heads import Res5ROIHeads
-
-    if EXTRA_NORM_HEAD in ROI_HEADS_REGISTRY:
-        head = ROI_HEADS_REGISTRY.get(EXTRA_NORM_HEAD)
-        if not getattr(head, '_ifnd_extra_norm', False):
-            raise RuntimeError(f'another {EXTRA_NORM_HEAD} is registered in detectron2')
-        return head
-
-    class Res5ROIHeadsExtraNorm(Res5ROIHeads):
-        """Res5ROIHeads whose res5 ends in a norm layer (``MODEL.RESNETS.NORM``)."""
-
-        _ifnd_extra_norm = True
-
-        @classmethod
-        def _build_res5_block(cls, cfg):
-            res5, out_channels = super()._build_res5_block(cfg)
-            # The same name as in the torchvision engine's res5 (res5.norm).
-            res5.add_module('norm', get_norm(cfg.MODEL.RESNETS.NORM, out_channels))
-            return res5, out_channels
-
-    ROI_HEADS_REGISTRY.register(Res5ROIHeadsExtraNorm)
-    return Res5ROIHeadsExtraNorm
-
-
-def build_detectron2_config(options: dict[str, object]):
-    """A frozen detectron2 ``CfgNode``: its defaults with the options set."""
-    require_detectron2()
-    from detectron2.config import get_cfg
-
-    cfg = get_cfg()
-    for key, value in options.items():
-        *parents, leaf = key.split('.')
-        node = cfg
-        for part in parents:
-            node = getattr(node, part)
-        if leaf not in node:
-            raise KeyError(f'this detectron2 has no config key {key}; update detectron2')
-        setattr(node, leaf, value)
-    cfg.freeze()
-    return cfg
-
-
-def _trainer_class(max_to_keep: int | None):
-    """detectron2's DefaultTrainer with COCO evaluation, kept results and checkpoint retention."""
-    from detectron2.engine import DefaultTrainer, hooks
-    from detectron2.evaluation import COCOEvaluator
-
-    class Trainer(DefaultTrainer):
-        last_results = None
-
-        @classmethod
-        def build_evaluator(cls, cfg, dataset_name, output_folder=None):
-            return COCOEvaluator(dataset_name, output_dir=output_folder or osp.join(
-                cfg.OUTPUT_DIR, 'inference'))
-
-        @classmethod
-        def test(cls, cfg, model, evaluators=None):
-            # Kept for the results file: DefaultTrainer.train returns them only when checking
-            # expected results.
-            cls.last_results = super().test(cfg, model, evaluators)
-            return cls.last_results
-
-        def build_hooks(self):
-            built = super().build_hooks()
-            for hook in built:
-                if isinstance(hook, hooks.PeriodicCheckpointer):
-                    hook.max_to_keep = max_to_keep  # default_hooks.checkpoint.max_keep_ckpts
-            return built
-
-    return Trainer
-
-
-def _register_datasets(registrations: list[tuple[str, str, str]]) -> None:
-    from detectron2.data import DatasetCatalog, MetadataCatalog
-    from detectron2.data.datasets import register_coco_instances
-
-    for name, json_file, image_root in registrations:
-        if name in DatasetCatalog.list():  # a second run in the same process
-            DatasetCatalog.remove(name)
-            MetadataCatalog.remove(name)
-        register_coco_instances(name, {}, json_file, image_root)
-
-
-def _detectron2_worker(job: dict) -> None:
-    """One process of the run (started by detectron2's ``launch``)."""
-    from detectron2.checkpoint import DetectionCheckpointer
-    from detectron2.engine import default_setup
-    from detectron2.utils import comm
-
-    register_extra_norm_head()
-    _register_datasets(job['registrations'])
-    cfg = build_detectron2_config(job['options'])
-    default_setup(cfg, argparse.Namespace(config_file=job['config_file'],
-                                          eval_only=job['eval_only'], resume=job['resume']))
-    Trainer = _trainer_class(job['max_to_keep'])
-    if job['eval_only']:
-        model = Trainer.build_model(cfg)
-        checkpointer = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR)
-        if job['detector_weights']:
-            checkpointer.resume_or_load(job['detector_weights'], resume=False)
-        else:  # the work dir's last checkpoint (run_detectron2 checked it is there)
-            checkpointer.resume_or_load(cfg.MODEL.WEIGHTS, resume=True)
-        results = Trainer.test(cfg, model)
-    else:
-        trainer = Trainer(cfg)
-        trainer.resume_or_load(resume=job['resume'])
-        trainer.train()
-        results = Trainer.last_results
-        if results is None:
-            results = Trainer.test(cfg, trainer.model)
-    if comm.is_main_process():
-        write_json(_plain_results(results), osp.join(cfg.OUTPUT_DIR, RESULTS_FILE))
-
-
-def _plain_results(results) -> dict:
-    """COCOEvaluator's nested OrderedDicts (already in percent) as plain dicts of floats."""
-    return {task: {name: float(value) for name, value in metrics.items()}
-            for task, metrics in results.items()}
-
-
-def run_detectron2(cfg: Config, checkpoint: str | None, work_dir: str, *, data_root: str | None,
-                   model_name: str | None, num_gpus: int, num_machines: int, machine_rank: int,
-                   dist_url: str, resume: bool, eval_only: bool, detector_weights: str | None,
-                   amp: bool) -> None:
-    """Fine-tune (or evaluate) Mask R-CNN with detectron2; write ``work_dir/coco_results.json``.
-
-    The checkpoint's backbone is exported to ``work_dir/backbone_detectron2.pkl`` and starts the
-    detector, unless ``load_from`` in the config names a detectron2 detector checkpoint.
-    """
-    require_detectron2()
-    from detectron2.engine import launch
-
-    plain = _plain(cfg)
-    registrations = dataset_registrations(plain, data_root, include_train=not eval_only)
-    if eval_only:
-        # detectron2's checkpointer records its latest file in last_checkpoint.
-        detector = detector_weights or osp.join(work_dir, 'last_checkpoint')
-        if '://' not in detector and not osp.isfile(detector):
-            raise FileNotFoundError(f'No detector checkpoint to evaluate: {detector} (pass '
-                                    '--detector PATH, or train first)')
-    weights, depth = plain.get('load_from') or '', None
-    if checkpoint is not None and not weights:
-        exported = export_detectron2_weights(checkpoint, osp.join(work_dir, WEIGHTS_FILE),
-                                             model_name=model_name,
-                                             default_backbone=plain['model'].get('backbone'))
-        weights, depth = exported['out'], exported['depth']
-        print(f"Backbone {exported['model_name']} (ResNet-{depth}) exported to {weights}")
-    elif not weights and not eval_only:
-        raise ValueError('no pre-trained checkpoint to start the detector from')
-    if osp.exists(weights):
-        weights = osp.abspath(weights)  # detectron2 also takes URLs, left as they are
-    options = detectron2_options(plain, weights, work_dir, num_gpus * num_machines, amp=amp,
-                                 depth=depth)
-    config_file = osp.join(work_dir, CONFIG_FILE)
-    write_detectron2_config(options, config_file)
-    checkpoint_hook = (plain.get('default_hooks') or {}).get('checkpoint') or {}
-    max_keep = checkpoint_hook.get('max_keep_ckpts', -1)
-    job = {'options': options, 'registrations': registrations, 'config_file': config_file,
-           'eval_only': eval_only, 'resume': resume, 'detector_weights': detector_weights,
-           'max_to_keep': max_keep if max_keep and max_keep > 0 else None}
-    launch(_detectron2_worker, num_gpus, num_machines=num_machines, machine_rank=machine_rank,
-           dist_url=dist_url, args=(job,))
