@@ -1,11 +1,10 @@
 """Seconds per clustering round of IFND versus data-set size N and the number of clusters k.
 
-One round is what PseudoLabelHook does once the features are extracted: multi-level k-means
-(``ifnd.clustering.multi_level_kmeans``), then per level the confidence κ
-(``ifnd.clustering.confidence``) and the acceptance of the most confident labels
-(``ifnd.clustering.accept_labels``). Feature extraction is left out: it costs one forward pass
-over the training set and does not depend on k. Features are random L2-normalised vectors;
-with a fixed number of Lloyd iterations the cost does not depend on how clustered they are.
+One round is what PseudoLabelHook does once the features are extracted, by the same function
+(``ifnd.clustering.clustering_round``): multi-level k-means, then per level the confidence κ
+and the acceptance of the most confident labels. Feature extraction is left out: it costs one
+forward pass over the training set and does not depend on k. Features are random L2-normalised
+vectors; with a fixed number of Lloyd iterations the cost does not depend on how clustered they are.
 
 ``--world-size W`` also runs every torch configuration sharded over W gloo processes on the CPU
 (each holds 1/W of the features; k-means all-reduces per-centroid sums, κ per shard, only the
@@ -21,12 +20,10 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from typing import Sequence
 
 import torch
@@ -34,11 +31,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ifnd.clustering import accept_labels, confidence, multi_level_kmeans
-from ifnd.engine.features import gather_shards, shard_index
+from ifnd.clustering import check_round_options, clustering_round, round_seed
+from ifnd.dist import shard_index
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, resolve_device, synchronize  # noqa: E402
+from common import HelpFormatter, describe_device, report_results, resolve_device, synchronize  # noqa: E402
 
 
 def available_backends() -> list[str]:
@@ -120,7 +117,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         for ks in args.ks:
             if max(ks) > n:
                 parser.error(f'cannot form {max(ks)} clusters from N={n} samples')
+    try:  # the k-means options, checked once as PseudoLabelHook checks its config
+        for backend in args.backends:
+            check_round_options('kappa', kmeans_settings(args, backend))
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
     return args
+
+
+def kmeans_settings(args: argparse.Namespace, backend: str) -> dict:
+    """The k-means options of the benchmark's rounds on ``backend``."""
+    return dict(backend=backend, niter=args.niter, nredo=args.nredo,
+                max_points_per_centroid=args.max_points_per_centroid,
+                min_points_per_centroid=args.min_points_per_centroid)
 
 
 def faiss_note() -> str:
@@ -135,36 +144,19 @@ def faiss_note() -> str:
     return f'faiss {faiss.__version__}: CPU, {faiss.omp_get_max_threads()} threads'
 
 
-def clustering_round(feats: torch.Tensor, ks: Sequence[int], backend: str, args: argparse.Namespace,
-                     seed: int, num: int | None = None) -> dict:
+def timed_round(feats: torch.Tensor, ks: Sequence[int], backend: str, args: argparse.Namespace,
+                seed: int, num: int | None = None) -> dict:
     """Time one round as PseudoLabelHook runs it: k-means, then confidence and acceptance.
 
     ``num``: the features are this process's shard of ``num`` (sharded round, torch backend).
     """
-    device = feats.device
-    index = None if num is None else shard_index(num).to(device)
-    synchronize(device)
-    tic = time.perf_counter()
-    results = multi_level_kmeans(feats, ks, seed=seed, backend=backend, niter=args.niter,
-                                 nredo=args.nredo,
-                                 max_points_per_centroid=args.max_points_per_centroid,
-                                 min_points_per_centroid=args.min_points_per_centroid,
-                                 sample_index=index)
-    synchronize(device)
-    kmeans_s = time.perf_counter() - tic
-    tic = time.perf_counter()
-    accepted, labels = 0, []
-    for res in results:
-        kappa = confidence(feats, res.centroids, res.assignments, args.temperature)
-        assignments = res.assignments if num is None else gather_shards(res.assignments, num)
-        kappa = kappa if num is None else gather_shards(kappa, num)
-        labels.append(accept_labels(assignments, kappa, args.rate)[0])
-        accepted += int((labels[-1] >= 0).sum())
-    synchronize(device)
-    confidence_s = time.perf_counter() - tic
+    synchronize(feats.device)  # earlier work on the device is not this round's
+    result = clustering_round(feats, ks, rate=args.rate, temperature=args.temperature, seed=seed,
+                              kmeans=kmeans_settings(args, backend), num_samples=num)
+    kmeans_s, confidence_s = result.stats['seconds_kmeans'], result.stats['seconds_confidence']
     return {'kmeans_s': kmeans_s, 'confidence_s': confidence_s,
-            'total_s': kmeans_s + confidence_s, 'accepted': accepted,
-            'labels': torch.stack(labels).cpu()}
+            'total_s': kmeans_s + confidence_s, 'accepted': int((result.labels >= 0).sum()),
+            'labels': result.labels}
 
 
 def _summary(rounds: list[dict], backend: str, n: int, ks: Sequence[int], processes: int) -> dict:
@@ -186,7 +178,7 @@ def _sharded_worker(rank: int, port: int, args: argparse.Namespace, data_path: s
     dist.init_process_group('gloo', rank=rank, world_size=args.world_size)
     data = torch.load(data_path, weights_only=True)
     part = lambda x: x[shard_index(len(x))].contiguous()  # noqa: E731
-    clustering_round(part(data['warm']), [2], 'torch', args, args.seed, len(data['warm']))
+    timed_round(part(data['warm']), [2], 'torch', args, args.seed, len(data['warm']))
     out = {}
     for n in args.num_samples:
         feats = part(data[n])
@@ -194,7 +186,7 @@ def _sharded_worker(rank: int, port: int, args: argparse.Namespace, data_path: s
             rounds = []
             for r in range(args.repeats):
                 dist.barrier()  # every rank starts the round together
-                rounds.append(clustering_round(feats, ks, 'torch', args, args.seed + 7919 * r, n))
+                rounds.append(timed_round(feats, ks, 'torch', args, round_seed(args.seed, r), n))
             out[(n, tuple(ks))] = rounds
     if rank == 0:
         torch.save({str(key): value for key, value in out.items()}, out_path)
@@ -220,14 +212,14 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     # One untimed tiny round per backend first: library start-up is not a clustering cost.
     data = {'warm': F.normalize(torch.randn(256, args.dim, generator=g), dim=1)}
     for backend in args.backends:
-        clustering_round(data['warm'].to(device), [2], backend, args, args.seed)
+        timed_round(data['warm'].to(device), [2], backend, args, args.seed)
     rows, single_labels = [], {}
     for n in args.num_samples:
         data[n] = F.normalize(torch.randn(n, args.dim, generator=g), dim=1)
         feats = data[n].to(device)
         for ks in args.ks:
             for backend in args.backends:
-                rounds = [clustering_round(feats, ks, backend, args, args.seed + 7919 * r)
+                rounds = [timed_round(feats, ks, backend, args, round_seed(args.seed, r))
                           for r in range(args.repeats)]
                 rows.append(_summary(rounds, backend, n, ks, 1))
                 if backend == 'torch':
@@ -305,12 +297,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Run the benchmark, print the table, optionally write JSON; returns the results."""
     args = parse_args(argv)
     result = run_benchmark(args)
-    print(markdown_table(result), flush=True)
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-        print(f'\nWrote {args.out}')
-    return result
+    return report_results(result, markdown_table(result), args.out)
 
 
 if __name__ == '__main__':

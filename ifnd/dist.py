@@ -1,7 +1,8 @@
 """Collectives that degrade to identities in a single process."""
 import torch
 import torch.distributed as torch_dist
-from mmengine.dist import all_gather, all_reduce, get_rank, get_world_size, is_distributed
+from mmengine.dist import (all_gather, all_reduce, get_dist_info, get_rank, get_world_size,
+                           is_distributed)
 
 
 class _GatherWithGrad(torch.autograd.Function):
@@ -40,3 +41,21 @@ def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     if is_distributed() and get_world_size() > 1:
         all_reduce(x)
     return x
+
+
+def shard_index(num: int) -> torch.Tensor:
+    """Indices of the samples this rank handles out of ``num``: ``rank::world_size``."""
+    rank, world_size = get_dist_info()
+    return torch.arange(rank, num, world_size)
+
+
+def gather_shards(x: torch.Tensor, num: int) -> torch.Tensor:
+    """Every rank's rows for the samples ``shard_index(num)``, all-gathered in sample order."""
+    world_size = get_dist_info()[1]
+    if world_size == 1:
+        return x
+    # Shards differ in length by at most one: pad to equal size, gather, then interleave back.
+    per_rank = -(-num // world_size)
+    padded = x.new_zeros((per_rank, *x.shape[1:]))
+    padded[:len(x)] = x
+    return torch.stack(all_gather(padded), dim=1).reshape(-1, *x.shape[1:])[:num]

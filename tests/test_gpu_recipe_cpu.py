@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-import ifnd.hooks.pseudo_label_hook as pseudo_label_hook
+import ifnd.clustering.round as clustering_round
 import ifnd.models.algorithms as algorithms
 from ifnd.engine import features
 from ifnd.engine.optim import CPUBfloat16OptimWrapper
@@ -295,8 +295,8 @@ def test_bf16_recipe_clusters_and_scores_in_float32(tmp_path, monkeypatch):
     monkeypatch.setattr(features, '_autocast', lambda device, enabled: torch.autocast(
         'cpu', dtype=torch.bfloat16, enabled=enabled))
     kmeans, kappa = defaultdict(set), defaultdict(set)
-    _spy(monkeypatch, pseudo_label_hook, 'multi_level_kmeans', kmeans)
-    _spy(monkeypatch, pseudo_label_hook, 'confidence', kappa)
+    _spy(monkeypatch, clustering_round, 'multi_level_kmeans', kmeans)
+    _spy(monkeypatch, clustering_round, 'confidence', kappa)
     cfg = _config(str(tmp_path), 'IFNDMoCo', max_epochs=1)
     cfg.model.backbone = BACKBONE  # uncompiled, as in the step test above
     cfg.optim_wrapper = dict(type='AutoAmpOptimWrapper', bf16_on_cpu=True,

@@ -12,7 +12,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
 from ifnd.clustering import accept_labels, confidence, multi_level_kmeans, pcl_concentration
-from ifnd.engine.features import gather_shards, shard_index
+from ifnd.dist import gather_shards, shard_index
 from ifnd.registry import HOOKS, MODELS
 
 WORLD_SIZE = 2

@@ -29,7 +29,8 @@ from torch import Tensor
 from ifnd.dist import all_reduce_sum
 
 __all__ = ['KMeansResult', 'kmeans', 'multi_level_kmeans', 'assign_by_cosine', 'KMEANS_BACKENDS',
-           'choose_backend', 'faiss_gpu_available', 'resolve_backend', 'kmeans_options']
+           'choose_backend', 'faiss_gpu_available', 'resolve_backend', 'kmeans_options',
+           'check_kmeans_options']
 
 KMEANS_BACKENDS = ('auto', 'faiss', 'torch')
 _INITS = ('random', 'k-means++')
@@ -401,6 +402,18 @@ def resolve_backend(backend: str, device: Union[torch.device, str]) -> str:
 # ----------------------------------------------------------------------------- public API
 
 
+def _check_values(niter: int, nredo: int, max_points_per_centroid: int,
+                  min_points_per_centroid: int, backend: str, init: str) -> None:
+    if niter < 1 or nredo < 1:
+        raise ValueError(f'niter and nredo must be >= 1, got {niter} and {nredo}')
+    if max_points_per_centroid < 1 or min_points_per_centroid < 0:
+        raise ValueError('max_points_per_centroid must be >= 1 and min_points_per_centroid >= 0')
+    if backend not in KMEANS_BACKENDS:
+        raise ValueError(f'unknown k-means backend {backend!r}; valid: {KMEANS_BACKENDS}')
+    if init not in _INITS:
+        raise ValueError(f'unknown k-means init {init!r}; valid: {_INITS}')
+
+
 def _kmeans_normalised(feats: Tensor, num_clusters: int, niter: int, nredo: int,
                        max_points_per_centroid: int, min_points_per_centroid: int, seed: int,
                        backend: str, init: str, verbose: bool,
@@ -415,14 +428,7 @@ def _kmeans_normalised(feats: Tensor, num_clusters: int, niter: int, nredo: int,
     if num_clusters > num:
         raise ValueError(f'cannot form {num_clusters} clusters from {num} samples; use a smaller '
                          f'number of clusters or more data')
-    if niter < 1 or nredo < 1:
-        raise ValueError(f'niter and nredo must be >= 1, got {niter} and {nredo}')
-    if max_points_per_centroid < 1 or min_points_per_centroid < 0:
-        raise ValueError('max_points_per_centroid must be >= 1 and min_points_per_centroid >= 0')
-    if backend not in KMEANS_BACKENDS:
-        raise ValueError(f'unknown k-means backend {backend!r}; valid: {KMEANS_BACKENDS}')
-    if init not in _INITS:
-        raise ValueError(f'unknown k-means init {init!r}; valid: {_INITS}')
+    _check_values(niter, nredo, max_points_per_centroid, min_points_per_centroid, backend, init)
     if backend == 'auto':
         backend = 'torch' if sample_index is not None else resolve_backend(backend, feats.device)
     if sample_index is not None and backend != 'torch':
@@ -507,12 +513,7 @@ def multi_level_kmeans(features: ArrayLike,
     """Run :func:`kmeans` once per granularity in ``ks``, with a different seed per level."""
     if len(ks) == 0:
         raise ValueError('ks must name at least one number of clusters')
-    # kmeans()'s keyword defaults, so the two entry points cannot drift apart.
-    options = {name: param.default for name, param in kmeans_options().items() if name != 'seed'}
-    unknown = set(kwargs) - set(options)
-    if unknown:
-        raise TypeError(f'unexpected k-means options: {sorted(unknown)}')
-    options.update(kwargs)
+    options = check_kmeans_options(kwargs)
     # normalise (and copy) once for all levels
     feats, index = _prepare(features, options['device'], options['sample_index'])
     return [
@@ -529,3 +530,20 @@ def kmeans_options() -> dict[str, inspect.Parameter]:
     return {name: param.replace(annotation=hints.get(name, param.annotation))
             for name, param in inspect.signature(kmeans).parameters.items()
             if param.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def check_kmeans_options(options: dict) -> dict:
+    """All keyword options of :func:`kmeans`, ``options`` over its defaults, after checking them.
+
+    Unknown names raise TypeError, bad values ValueError: a caller can check its options once,
+    before it clusters anything.
+    """
+    # kmeans()'s keyword defaults, so the entry points cannot drift apart.
+    full = {name: param.default for name, param in kmeans_options().items()}
+    unknown = set(options) - set(full)
+    if unknown:
+        raise TypeError(f'unexpected k-means options: {sorted(unknown)}')
+    full.update(options)
+    _check_values(full['niter'], full['nredo'], full['max_points_per_centroid'],
+                  full['min_points_per_centroid'], full['backend'], full['init'])
+    return full

@@ -9,20 +9,13 @@ import torch
 from mmengine.dist import broadcast, get_world_size, is_main_process
 from mmengine.hooks import Hook
 
-from ifnd.clustering import (accept_labels, acceptance_rate, cluster_confidence, confidence,
-                             kmeans_options, multi_level_kmeans, pcl_concentration,
-                             resolve_backend)
-from ifnd.engine.checkpoint import AtomicLocalBackend
-from ifnd.engine.cli import json_safe
-from ifnd.engine.features import (build_eval_dataset, extract_features, gather_shards, shard_index,
-                                  unwrap_model)
+from ifnd.clustering import (ClusteringRound, acceptance_rate, check_round_options,
+                             clustering_round, plan_round, round_kmeans_options, round_seed)
+from ifnd.dist import gather_shards
+from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
 from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
+from ifnd.fileio import AtomicLocalBackend, write_json
 from ifnd.registry import HOOKS
-
-CONFIDENCES = ('kappa', 'pcl')
-# kmeans() options PseudoLabelHook sets itself: the per-round seed (from its own ``seed``), the
-# model's device and each process's shard.
-_HOOK_SET_KMEANS_OPTIONS = ('seed', 'device', 'sample_index')
 
 
 @HOOKS.register_module()
@@ -43,8 +36,9 @@ class PseudoLabelHook(Hook):
     backend; ``False`` gathers all features on rank 0. The acceptance
     rate r follows ``scheme`` ('constant', 'step', 'linear'), evaluated at the number of epochs
     completed. ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
-    per-cluster concentration. Each round's labels and confidences are saved under
-    ``work_dir/pseudo_labels/``.
+    per-cluster concentration. ``temperature``: τ of κ; None (default) takes the model's loss
+    temperature, the paper's choice. Each round's labels and confidences are saved under
+    ``work_dir/pseudo_labels/``; the round itself is :func:`ifnd.clustering.clustering_round`.
 
     Features are extracted in batches of ``batch_size``: by default 2048 where the training set
     is held on the device (``augment_on='device'``: the uint8 images are read there and the eval
@@ -56,10 +50,7 @@ class PseudoLabelHook(Hook):
 
     # The keys a config may set inside dict-valued arguments, with their types: read by the
     # config checks of tools/train.py (``--cfg-options custom_hooks.0.kmeans.backend=torch``).
-    config_dict_options = {'kmeans': {
-        **{name: param.annotation for name, param in kmeans_options().items()
-           if name not in _HOOK_SET_KMEANS_OPTIONS},
-        'sharded': bool | None}}
+    config_dict_options = {'kmeans': round_kmeans_options()}
 
     def __init__(self, num_clusters: list[int], pipeline: dict | None = None, interval: int = 1,
                  scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
@@ -75,14 +66,17 @@ class PseudoLabelHook(Hook):
                              f'k={min(num_clusters)}: one cluster holds every sample, so all '
                              'negatives would be eliminated (loss 0, nothing learned); use k >= 2 '
                              'at every level')
-        if confidence not in CONFIDENCES:
-            raise ValueError(f'confidence must be one of {CONFIDENCES}, got {confidence!r}')
         if interval < 1:
             raise ValueError(f'PseudoLabelHook interval must be >= 1, got {interval}')
         if batch_size is not None and batch_size < 1:
             raise ValueError(f'PseudoLabelHook batch_size must be >= 1 (or None: 2048 for data held '
                              f'on the device, else 256), got {batch_size}')
+        if temperature is not None and not temperature > 0:
+            raise ValueError(f'PseudoLabelHook temperature (τ of κ) must be positive, or None for '
+                             f"the model's loss temperature, got {temperature}")
         acceptance_rate(0, 1, scheme, final_rate, step_epoch)  # validates the schedule now
+        # The k-means backend, its options and the sharding are checked here, once.
+        self.kmeans, self.sharded = check_round_options(confidence, kmeans, 'PseudoLabelHook')
         self.num_clusters = list(num_clusters)
         self.pipeline = pipeline
         self.interval = interval
@@ -92,23 +86,6 @@ class PseudoLabelHook(Hook):
         self.feature = feature
         self.confidence = confidence
         self.temperature = temperature
-        self.kmeans = dict(kmeans or {})
-        self.sharded = self.kmeans.pop('sharded', None)
-        if self.sharded not in (None, True, False):
-            raise ValueError(f'kmeans.sharded must be None (auto), True or False, got '
-                             f'{self.sharded!r}')
-        if self.sharded and self.kmeans.get('backend', 'auto') == 'faiss':
-            raise ValueError('kmeans.sharded=True runs PyTorch k-means; use backend="torch" or '
-                             '"auto", or sharded=False for faiss')
-        for key in _HOOK_SET_KMEANS_OPTIONS:
-            if key in self.kmeans:
-                raise ValueError(f'kmeans.{key} is set by PseudoLabelHook (its own seed, the '
-                                 f'model\'s device and each process\'s shard); remove it from the '
-                                 'config')
-        unknown = sorted(set(self.kmeans) - set(self.config_dict_options['kmeans']))
-        if unknown:
-            raise TypeError(f'PseudoLabelHook got unknown kmeans options {unknown}; it takes '
-                            f'{", ".join(sorted(self.config_dict_options["kmeans"]))}')
         self.seed = seed
         self.dataset = dataset
         self.batch_size = batch_size
@@ -152,11 +129,7 @@ class PseudoLabelHook(Hook):
 
     def _plan(self, device: torch.device) -> tuple[str, bool]:
         """The round's k-means backend and whether it runs sharded over the processes."""
-        backend = resolve_backend(self.kmeans.get('backend', 'auto'), device)
-        sharded = self.sharded
-        if sharded is None:
-            sharded = get_world_size() > 1 and backend == 'torch'
-        return ('torch' if sharded else backend), sharded
+        return plan_round(self.kmeans['backend'], self.sharded, device, get_world_size())
 
     def run_round(self, runner, epochs_done: int) -> dict:
         """One clustering round; returns the per-level statistics (rank 0) or {}."""
@@ -181,14 +154,19 @@ class PseudoLabelHook(Hook):
         concentration = torch.ones(levels, max(self.num_clusters), device=device)
         stats: dict = {}
         if sharded or is_main_process():
-            stats, round_labels, cents, concs = self._cluster(
-                feats.to(device), true_labels, num, backend, sharded, rate, epochs_done,
-                float(model.temperature), pcl, runner, extract_s)
-        if not is_main_process():
-            stats = {}  # other ranks of a sharded round only helped
-        else:
-            labels.copy_(round_labels.to(device))
-            for level, (c, phi) in enumerate(zip(cents, concs)):
+            result = clustering_round(
+                feats.to(device), self.num_clusters, rate=rate,
+                temperature=float(model.temperature if self.temperature is None
+                                  else self.temperature),
+                seed=round_seed(self.seed, epochs_done), kmeans={**self.kmeans, 'backend': backend},
+                confidence_kind=self.confidence,
+                concentration_temperature=float(model.temperature) if pcl else None,
+                num_samples=num if sharded else None)
+            true_labels = (gather_shards(true_labels, num) if sharded else true_labels).cpu()
+        if is_main_process():
+            stats = self._report(runner, epochs_done, rate, extract_s, result, true_labels)
+            labels.copy_(result.labels.to(device))
+            for level, (c, phi) in enumerate(zip(result.centroids, result.concentrations)):
                 centroids[level, :len(c)] = c.to(device)
                 concentration[level, :len(c)] = phi.to(device)
         broadcast(labels, 0)
@@ -199,69 +177,28 @@ class PseudoLabelHook(Hook):
                     [concentration[i, :k] for i, k in enumerate(ks)])
         return stats
 
-    def _cluster(self, feats, true_labels, num, backend, sharded, rate, epochs_done, temperature,
-                 pcl, runner, extract_s):
-        """k-means, confidence and acceptance of one round: on rank 0 with all the features, or
-        on every rank with its shard (``sharded``); logs and saves on rank 0."""
-        seed = self.seed + 7919 * epochs_done  # a new seed every round, varied per level inside
-        index = shard_index(num).to(feats.device) if sharded else None
-        tic = time.perf_counter()
-        results = multi_level_kmeans(feats, self.num_clusters, seed=seed,
-                                     **{**self.kmeans, 'backend': backend}, sample_index=index)
-        kmeans_s = time.perf_counter() - tic
-
-        def gather(x):
-            # Only the small per-sample arrays travel: acceptance ranks all N samples together.
-            return (gather_shards(x, num) if sharded else x).cpu()
-
-        main = is_main_process()
-        true_labels = gather(true_labels)
-        has_truth = bool((true_labels >= 0).all())
-        round_labels, cents, concs, saved = [], [], [], {}
-        first = results[0]
-        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_extract': extract_s,
-                 'seconds_kmeans': kmeans_s,
-                 'kmeans_backend': first.backend, 'kmeans_device': first.device,
-                 'kmeans_processes': first.num_shards, 'levels': []}
-        conf_s = 0.0
-        for level, (k, res) in enumerate(zip(self.num_clusters, results)):
-            tic = time.perf_counter()
-            phi = pcl_concentration(feats, res.centroids, res.assignments, temperature,
-                                    sharded=sharded) if pcl else torch.ones(k)
-            if self.confidence == 'kappa':
-                kappa = confidence(feats, res.centroids, res.assignments, temperature)
-            else:
-                kappa = cluster_confidence(phi, res.assignments)
-            assignments, kappa = gather(res.assignments), gather(kappa)
-            accepted, threshold = accept_labels(assignments, kappa, rate)
-            conf_s += time.perf_counter() - tic
-            round_labels.append(accepted)
-            cents.append(res.centroids)
-            concs.append(phi)
-            if not main:
-                continue
-            sizes = torch.bincount(assignments, minlength=k).float()
-            kept = accepted[accepted >= 0]
-            level_stats = {
-                'k': k, 'accept_rate': float((accepted >= 0).float().mean()),
-                'kappa_threshold': threshold, 'clusters_used': int(kept.unique().numel()),
-                'size_min': float(sizes.min()), 'size_median': float(sizes.median()),
-                'size_max': float(sizes.max())}
-            if has_truth:
-                level_stats.update(cluster_quality(true_labels.numpy(), assignments.numpy()))
-                mtpr, mtnr = false_negative_rates(accepted.numpy(), true_labels.numpy())
+    def _report(self, runner, epochs_done: int, rate: float, extract_s: float,
+                result: ClusteringRound, true_labels: torch.Tensor) -> dict:
+        """The round's statistics, with the clusters' quality where every sample has a class;
+        logged and saved."""
+        stats = {'epoch': epochs_done, 'rate': rate, 'seconds_extract': extract_s, **result.stats}
+        if bool((true_labels >= 0).all()):
+            truth = true_labels.numpy()
+            for level_stats, assigned, accepted in zip(stats['levels'], result.assignments,
+                                                        result.labels):
+                level_stats.update(cluster_quality(truth, assigned.numpy()))
+                mtpr, mtnr = false_negative_rates(accepted.numpy(), truth)
                 level_stats.update(mtpr=mtpr, mtnr=mtnr)
-            stats['levels'].append(level_stats)
-            saved[f'assignments_{level}'] = assignments.numpy()
-            saved[f'confidence_{level}'] = kappa.numpy()
-            saved[f'centroids_{level}'] = res.centroids.cpu().numpy()
-        stats['seconds_confidence'] = conf_s
-        round_labels = torch.stack(round_labels)
-        if main:
-            self._log(runner, stats)
-            if self.save_labels:
-                self._save(runner, stats, round_labels, true_labels, saved)
-        return stats, round_labels, cents, concs
+        self._log(runner, stats)
+        if self.save_labels:
+            saved = {}
+            for level, (assigned, kappa, cents) in enumerate(
+                    zip(result.assignments, result.confidences, result.centroids)):
+                saved[f'assignments_{level}'] = assigned.numpy()
+                saved[f'confidence_{level}'] = kappa.numpy()
+                saved[f'centroids_{level}'] = cents.cpu().numpy()
+            self._save(runner, stats, result.labels, true_labels, saved)
+        return stats
 
     def _log(self, runner, stats: dict) -> None:
         scalars = {f'ifnd/seconds_{part}': stats[f'seconds_{part}']
@@ -289,12 +226,11 @@ class PseudoLabelHook(Hook):
         np.savez_compressed(buffer, labels=labels.numpy(), true_labels=true_labels.numpy(),
                             num_clusters=np.array(self.num_clusters), rate=stats['rate'],
                             epoch=stats['epoch'], **saved)
-        storage = AtomicLocalBackend()  # temp file, fsync, rename: as the checkpoints
-        storage.put(buffer.getvalue(), path)
+        AtomicLocalBackend().put(buffer.getvalue(), path)  # temp file, fsync, rename: as the checkpoints
         summary = os.path.join(folder, 'rounds.json')
         rounds = read_rounds(summary, runner.logger)
         rounds = [r for r in rounds if r['epoch'] < stats['epoch']] + [stats]
-        storage.put_text(json.dumps(json_safe(rounds), indent=1, allow_nan=False), summary)
+        write_json(rounds, summary, indent=1, strict=True)
 
 
 def read_rounds(path: str, logger=None) -> list[dict]:

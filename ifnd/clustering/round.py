@@ -1,0 +1,173 @@
+"""One clustering round of IFND: features in; pseudo labels, confidences and statistics out.
+
+A round is multi-level k-means, then per level the confidence of every sample (κ, Eq.
+``eq:certainty``, or PCL's per-cluster concentration) and the acceptance of the most confident
+``ceil(rate * N)`` labels. It needs no Runner: PseudoLabelHook runs it on the training set's
+features, benchmarks/clustering_cost.py on random ones, and both get the same labels.
+
+Sharded (``num_samples`` given), every process holds the rows ``shard_index(num_samples)`` of the
+features: k-means all-reduces its per-centroid sums, the confidence is computed per shard and only
+the per-sample assignments and confidences are gathered, so every process ends with the labels of
+one process on all the features.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ifnd.dist import gather_shards, shard_index
+
+from .kmeans import check_kmeans_options, kmeans_options, multi_level_kmeans, resolve_backend
+from .pseudo_labels import accept_labels, cluster_confidence, confidence, pcl_concentration
+
+__all__ = ['CONFIDENCES', 'ROUND_SET_KMEANS_OPTIONS', 'ClusteringRound', 'round_kmeans_options',
+           'check_round_options', 'plan_round', 'round_seed', 'clustering_round']
+
+# 'kappa': IFND's per-sample κ; 'pcl': PCL's per-cluster concentration, tighter clusters first.
+CONFIDENCES = ('kappa', 'pcl')
+# kmeans() options a round sets itself: the seed (per round and level), the features' device and,
+# when sharded, each process's rows.
+ROUND_SET_KMEANS_OPTIONS = ('seed', 'device', 'sample_index')
+# Seed offset between rounds (a prime, as the per-level offset inside multi_level_kmeans).
+_ROUND_SEED_STRIDE = 7919
+
+
+@dataclass
+class ClusteringRound:
+    """What one round produced; per-sample tensors cover all N samples, on the CPU."""
+
+    labels: Tensor  # [levels, N] int64: the accepted cluster ids, -(i + 1) for the others
+    assignments: list[Tensor]  # per level [N] int64: every sample's cluster
+    confidences: list[Tensor]  # per level [N] float32: the confidence acceptance ranked by
+    centroids: list[Tensor]  # per level [k, D] float32, L2-normalised, on the features' device
+    concentrations: list[Tensor]  # per level [k]: PCL's φ where computed, else ones
+    stats: dict  # timings, where k-means ran, and per level sizes and acceptance (JSON-ready)
+
+
+def round_kmeans_options() -> dict[str, type]:
+    """The k-means options a round takes from its caller, with their types (plus ``sharded``)."""
+    return {**{name: param.annotation for name, param in kmeans_options().items()
+               if name not in ROUND_SET_KMEANS_OPTIONS},
+            'sharded': bool | None}
+
+
+def check_round_options(confidence_kind: str, kmeans: dict | None,
+                        owner: str = 'the clustering round') -> tuple[dict, bool | None]:
+    """Check a round's settings once, before any round: ``(k-means options, sharded)``.
+
+    ``kmeans``: the options of :func:`round_kmeans_options`; the k-means ones come back complete
+    (defaults filled in), ``sharded`` apart: None (sharded where several processes run the torch
+    backend), True or False. ``owner`` names the caller in the error messages.
+    """
+    _check_confidence_kind(confidence_kind)
+    options = dict(kmeans or {})
+    sharded = options.pop('sharded', None)
+    if sharded not in (None, True, False):
+        raise ValueError(f'kmeans.sharded must be None (auto), True or False, got {sharded!r}')
+    if sharded and options.get('backend', 'auto') == 'faiss':
+        raise ValueError('kmeans.sharded=True runs PyTorch k-means; use backend="torch" or '
+                         '"auto", or sharded=False for faiss')
+    for key in ROUND_SET_KMEANS_OPTIONS:
+        if key in options:
+            raise ValueError(f'kmeans.{key} is set by {owner} (the round\'s seed, the features\' '
+                             'device and each process\'s shard); remove it from the config')
+    unknown = sorted(set(options) - set(round_kmeans_options()))
+    if unknown:
+        raise TypeError(f'{owner} got unknown kmeans options {unknown}; it takes '
+                        f'{", ".join(sorted(round_kmeans_options()))}')
+    options = check_kmeans_options(options)
+    return {name: value for name, value in options.items()
+            if name not in ROUND_SET_KMEANS_OPTIONS}, sharded
+
+
+def _check_confidence_kind(kind: str) -> None:
+    if kind not in CONFIDENCES:
+        raise ValueError(f'confidence must be one of {CONFIDENCES}, got {kind!r}')
+
+
+def plan_round(backend: str, sharded: bool | None, device: torch.device | str,
+               world_size: int) -> tuple[str, bool]:
+    """The round's k-means backend and whether it runs sharded over the processes.
+
+    ``sharded=None`` shards where several processes would run the torch backend; a sharded
+    round always runs the torch backend.
+    """
+    backend = resolve_backend(backend, device)
+    if sharded is None:
+        sharded = world_size > 1 and backend == 'torch'
+    return ('torch' if sharded else backend), sharded
+
+
+def round_seed(seed: int, round_number: int) -> int:
+    """The k-means seed of a round: a new one every round (varied per level inside k-means)."""
+    return seed + _ROUND_SEED_STRIDE * round_number
+
+
+def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: float,
+                     temperature: float, seed: int, kmeans: dict | None = None,
+                     confidence_kind: str = 'kappa', concentration_temperature: float | None = None,
+                     num_samples: int | None = None) -> ClusteringRound:
+    """Cluster ``features`` at every level of ``num_clusters`` and accept the most confident labels.
+
+    ``rate``: the fraction accepted per level; ``temperature``: τ of κ; ``seed``: the round's
+    k-means seed (see :func:`round_seed`); ``kmeans``: options of :func:`ifnd.clustering.kmeans`
+    (checked by :func:`check_round_options`); ``confidence_kind``: one of ``CONFIDENCES``;
+    ``concentration_temperature``: also compute PCL's concentration φ, rescaled to this mean τ
+    (always computed for ``confidence_kind='pcl'``, which ranks by it); ``num_samples``: the
+    features are this process's shard of that many samples (see the module's notes).
+    """
+    _check_confidence_kind(confidence_kind)
+    sharded = num_samples is not None
+    num = num_samples if sharded else features.shape[0]
+    index = shard_index(num).to(features.device) if sharded else None
+    tic = time.perf_counter()
+    results = multi_level_kmeans(features, num_clusters, seed=seed, **(kmeans or {}),
+                                 sample_index=index)
+    kmeans_s = time.perf_counter() - tic
+
+    def gather(x: Tensor) -> Tensor:
+        # Only the small per-sample arrays travel: acceptance ranks all N samples together.
+        return (gather_shards(x, num) if sharded else x).cpu()
+
+    phi_temperature = concentration_temperature
+    if phi_temperature is None and confidence_kind == 'pcl':
+        phi_temperature = temperature  # φ's scale does not change the ranking
+    labels, assignments, confidences, concentrations, levels = [], [], [], [], []
+    confidence_s = 0.0
+    for k, res in zip(num_clusters, results):
+        tic = time.perf_counter()
+        phi = torch.ones(k) if phi_temperature is None else pcl_concentration(
+            features, res.centroids, res.assignments, phi_temperature, sharded=sharded)
+        if confidence_kind == 'kappa':
+            kappa = confidence(features, res.centroids, res.assignments, temperature)
+        else:
+            kappa = cluster_confidence(phi, res.assignments)
+        assigned, kappa = gather(res.assignments), gather(kappa)
+        accepted, threshold = accept_labels(assigned, kappa, rate)
+        confidence_s += time.perf_counter() - tic
+        labels.append(accepted)
+        assignments.append(assigned)
+        confidences.append(kappa)
+        concentrations.append(phi)
+        levels.append(_level_stats(k, assigned, accepted, threshold))
+    first = results[0]
+    stats = {'seconds_kmeans': kmeans_s, 'kmeans_backend': first.backend,
+             'kmeans_device': first.device, 'kmeans_processes': first.num_shards,
+             'levels': levels, 'seconds_confidence': confidence_s}
+    return ClusteringRound(labels=torch.stack(labels), assignments=assignments,
+                           confidences=confidences, centroids=[r.centroids for r in results],
+                           concentrations=concentrations, stats=stats)
+
+
+def _level_stats(k: int, assignments: Tensor, accepted: Tensor, threshold: float) -> dict:
+    """Cluster sizes and acceptance of one level."""
+    sizes = torch.bincount(assignments, minlength=k).float()
+    kept = accepted[accepted >= 0]
+    return {'k': k, 'accept_rate': float((accepted >= 0).float().mean()),
+            'kappa_threshold': threshold, 'clusters_used': int(kept.unique().numel()),
+            'size_min': float(sizes.min()), 'size_median': float(sizes.median()),
+            'size_max': float(sizes.max())}
