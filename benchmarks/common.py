@@ -1,4 +1,4 @@
-"""Pieces shared by the benchmark scripts: argparse help, device choice and timing."""
+"""Pieces shared by the benchmark scripts: argparse help, device choice, timing, the report."""
 import argparse
 import platform
 import time
@@ -7,8 +7,10 @@ from collections.abc import Callable
 import torch
 
 from ifnd.engine.cli import resolve_device
+from ifnd.fileio import write_json
 
-__all__ = ['HelpFormatter', 'describe_device', 'resolve_device', 'synchronize', 'time_call']
+__all__ = ['HelpFormatter', 'describe_device', 'report_results', 'resolve_device', 'synchronize',
+           'time_call']
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -56,3 +58,15 @@ def time_call(fn: Callable[[], object], device: torch.device) -> Callable[[], fl
     fn()
     elapsed = time.perf_counter() - tic
     return lambda: elapsed
+
+
+def report_results(result: dict, table: str, out: str | None, strict: bool = False) -> dict:
+    """Print the results' table; with ``out``, also write the results there as JSON. Returns them.
+
+    ``strict``: non-finite floats are written as null (strict JSON) instead of NaN / Infinity.
+    """
+    print(table, flush=True)
+    if out:
+        write_json(result, out, indent=1, strict=strict)
+        print(f'\nWrote {out}')
+    return result

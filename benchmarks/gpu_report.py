@@ -133,8 +133,8 @@ def run_part(part: Part, out_dir: str) -> dict:
     elif osp.isfile(raw_path):
         with open(raw_path) as f:
             result['result'] = json.load(f)
-    from ifnd.engine.cli import write_json
-    write_json(result, result_path)
+    from ifnd.fileio import write_json
+    write_json(result, result_path, announce=True)
     return result
 
 
@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     if not torch.cuda.is_available():
         raise SystemExit('error: the GPU report needs a CUDA device; on a CPU, pass --dry-run to check '
                          'the commands')
-    from ifnd.engine.checkpoint import AtomicLocalBackend
+    from ifnd.fileio import AtomicLocalBackend
     os.makedirs(args.out_dir, exist_ok=True)
     device = torch.cuda.get_device_name()
     results: dict = {}

@@ -35,7 +35,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
@@ -51,7 +50,7 @@ PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo')}
 ENCODER = 'Encoder'  # the backbone alone, forward + backward + update
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, resolve_device, time_call  # noqa: E402
+from common import HelpFormatter, describe_device, report_results, resolve_device, time_call  # noqa: E402
 
 # Head width and queue length of the recipes, by backbone: ResNet-50 the ImageNet recipe's
 # (configs/ifnd_r50_200e_in1k.py), others the ResNet-18 recipes' head and a smaller queue.
@@ -243,7 +242,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         if args.amp:
             from mmengine.optim import AmpOptimWrapper
 
-            from ifnd.engine.cli import amp_options
+            from ifnd.engine import amp_options
             wrappers[name] = AmpOptimWrapper(optimizer=optimizer, **amp_options())
         else:
             wrappers[name] = OptimWrapper(optimizer=optimizer)
@@ -347,12 +346,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Run the benchmark, print the table, optionally write JSON; returns the results."""
     args = parse_args(argv)
     result = run_benchmark(args)
-    print(markdown_table(result), flush=True)
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
-        print(f'\nWrote {args.out}')
-    return result
+    return report_results(result, markdown_table(result), args.out)
 
 
 if __name__ == '__main__':

@@ -305,8 +305,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.preset:
         result = run_preset(args, device)
         if args.out and not args.dry_run:
-            from ifnd.engine.cli import write_json
-            write_json(result, args.out)
+            from ifnd.fileio import write_json
+            write_json(result, args.out, announce=True)
         return result
     if args.threads is not None and 'CPU' in device:
         device = device.rsplit(',', 1)[0] + f', {args.threads} torch threads'
@@ -325,8 +325,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
           f'{args.iters} timed iterations after {args.warmup}\n')
     print(markdown_table(rows))
     if args.out:
-        from ifnd.engine.cli import write_json
-        write_json(result, args.out)
+        from ifnd.fileio import write_json
+        write_json(result, args.out, announce=True)
     return result
 
 

@@ -387,7 +387,7 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
     result = bench.main(argv)
     with open(tmp_path / 'fn.json') as f:
         saved = json.load(f)  # strict JSON: no NaN or Infinity
-    from ifnd.engine.cli import json_safe
+    from ifnd.fileio import json_safe
     assert saved['summary'] == json.loads(json.dumps(json_safe(result['summary'])))
     assert osp.getsize(tmp_path / 'fn.png') > 10_000
     runs = {(r['method'], r['seed']): r for r in result['runs']}
@@ -516,3 +516,51 @@ def test_false_negatives_method_options_for_a_method_not_run(capsys):
     # The preset's options of methods not run are not the user's: they are left alone.
     assert bench.parse_args(['--methods', 'simclr']).method_options['debiased'] == \
         bench.CPU_METHOD_OPTIONS['debiased']
+
+
+def _write_run_files(work_dir, run, record):
+    """The files a finished run leaves, rebuilt from its entry in a saved result."""
+    def scalars(folder, series):
+        (folder / '20240101_000000' / 'vis_data').mkdir(parents=True)
+        lines = [json.dumps({key: value, 'step': step}) for key, history in series.items()
+                 for step, value in history]
+        (folder / '20240101_000000' / 'vis_data' / 'scalars.json').write_text('\n'.join(lines) + '\n')
+
+    series = {'knn/top1': run['top1_history'], **{key: run['flagged'][key] for key in
+                                                  ('train/fn_precision', 'train/fn_recall')
+                                                  if run.get('flagged')}}
+    scalars(work_dir, series)
+    scalars(work_dir / 'linear', {'top1': [(run['top1_epoch'], run['linear_top1'])]})
+    if 'rounds' in run:
+        (work_dir / 'pseudo_labels').mkdir()
+        (work_dir / 'pseudo_labels' / 'rounds.json').write_text(json.dumps(run['rounds']))
+    (work_dir / 'run.json').write_text(json.dumps(record))
+
+
+def test_false_negatives_resummarises_the_published_cpu_result(tmp_path, capsys):
+    """docs/false_negatives_cpu.json read back through --skip-train: same commands, runs, summary."""
+    with open(osp.join(osp.dirname(BENCHMARKS), 'docs', 'false_negatives_cpu.json')) as f:
+        saved = json.load(f)
+    settings, work_dir = saved['settings'], tmp_path / 'runs'
+    for run in saved['runs']:
+        commands = {key: text.replace(settings['work_dir'], str(work_dir))
+                    for key, text in run['command'].items()}
+        _write_run_files(work_dir / run['method'] / f"seed_{run['seed']}", run,
+                         {'commands': commands, 'seconds': run['seconds'],
+                          'linear_seconds': run['linear_seconds']})
+    python = saved['runs'][0]['command']['pretrain'].split()[0]
+    argv = ['--skip-train', '--preset', settings['preset'], '--dataset', settings['dataset'],
+            '--threads', str(settings['threads']), '--jobs', str(settings['jobs']),
+            '--work-dir', str(work_dir), '--python', python, '--out', str(tmp_path / 'fn.json'),
+            '--seeds', *map(str, settings['seeds']), '--methods', *settings['methods']]
+    result = _load('false_negatives').main(argv)
+    assert 'left out (--skip-train)' not in capsys.readouterr().out  # every command is the same
+    with open(tmp_path / 'fn.json') as f:
+        again = json.load(f)
+    assert again['summary'] == saved['summary']
+    assert again['settings'] == dict(settings, work_dir=str(work_dir))
+    for run in saved['runs']:
+        run['command'] = {key: text.replace(settings['work_dir'], str(work_dir))
+                          for key, text in run['command'].items()}
+    assert again['runs'] == saved['runs']
+    assert result['summary']['methods'].keys() == saved['summary']['methods'].keys()

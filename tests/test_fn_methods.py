@@ -262,7 +262,7 @@ def test_fmnist_configs_take_the_benchmark_overrides(config, tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     path = osp.join(REPO, 'configs', config)
-    cfg = bench._load_config(path)
+    cfg = bench.load_config(path)
     method = next(m for m in bench.METHODS if osp.basename(config).startswith(m))
     options = bench.cfg_options(method, cfg, bench.parse_args(['--preset', 'cpu']), seed=0)
     parser = argparse.ArgumentParser()
@@ -275,7 +275,7 @@ def test_fmnist_configs_take_the_benchmark_overrides(config, tmp_path):
     for key, value in bench.CPU_METHOD_OPTIONS.get(method, {}).items():
         assert cfg.model[key.split('.', 1)[1]] == value
     hooks = [HOOKS.build(h) for h in cfg.custom_hooks]
-    assert hooks[bench._hook_index(cfg, 'KNNEvalHook')].interval == 5
+    assert hooks[bench.hook_index(cfg, 'KNNEvalHook')].interval == 5
     if 'fnc' in config or 'ifnd' in config:  # appended last: the harness's indices are unchanged
         assert type(hooks[-1]).__name__ == 'FalseNegativeDetectionHook'
 

@@ -1,0 +1,58 @@
+"""The benchmark end to end: plan the runs, train them, read them back, report."""
+from __future__ import annotations
+
+import concurrent.futures
+import shlex
+import sys
+import time
+from typing import Sequence
+
+from common import report_results
+
+from .plan import make_plans
+from .protocol import parse_args
+from .report import markdown_tables, plot
+from .results import collect
+from .running import run_plan, training_device
+from .stats import summarise
+
+# Options that change how the benchmark runs, not what it measures: left out of the settings.
+_NOT_SETTINGS = ('out', 'plot', 'python', 'dry_run', 'skip_train', 'verbose', 'rerun')
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Train (unless finished or --skip-train), read the results, print the tables."""
+    args = parse_args(argv)
+    device = training_device()
+    if args.threads is not None:
+        device += f', {args.threads} thread(s) per run, {args.jobs} run(s) at a time'
+    if args.preset == 'gpu' and device.startswith('CPU') and not args.dry_run:
+        print('warning: the gpu preset on a CPU takes days; use --preset cpu', file=sys.stderr)
+    print(f'Training device: {device}')
+    plans = make_plans(args)
+    env = f'OMP_NUM_THREADS={args.threads} ' if args.threads is not None else ''
+    for plan in plans:
+        print(f"$ {env}{shlex.join(plan['cmd'])}", flush=True)
+        if plan['linear_cmd']:
+            print(f"$ {env}{shlex.join(plan['linear_cmd'])}", flush=True)
+    if args.dry_run:
+        return {}
+    tic = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        records = list(pool.map(lambda plan: run_plan(plan, args), plans))
+    runs = [collect(plan, record, args) for plan, record in zip(plans, records) if record]
+    if not runs:
+        raise SystemExit(f'no finished run in {args.work_dir} (drop --skip-train)')
+    result = {
+        'benchmark': 'false_negatives',
+        'device': device,
+        'wall_seconds': time.time() - tic,
+        'settings': {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS},
+        'summary': summarise(runs, args.seeds),
+        'runs': runs,
+    }
+    print()
+    report_results(result, markdown_tables(result), args.out, strict=True)
+    if args.plot:
+        plot(result, args.plot)
+    return result
