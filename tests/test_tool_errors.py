@@ -1,11 +1,16 @@
 """Tools end bad input with one line, checked before any work: paths, batch size, launcher."""
+import contextlib
+import functools
+import io
 import os
 import os.path as osp
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
+from helpers import load_tool
 
 from ifnd.models.backbones import TimmBackbone
 
@@ -28,10 +33,26 @@ def files(tmp_path_factory):
 
 
 def _run(tool, *args):
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES}
-    env.update(PYTHONPATH=REPO + os.pathsep + env.get('PYTHONPATH', ''), OMP_NUM_THREADS='1')
-    return subprocess.run([sys.executable, f'tools/{tool}.py', *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env=env)
+    """Run a tool's ``main`` in this process (one import of torch for all the cases), as its
+    command line would: the exit status and what it printed to stderr."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), mock.patch.dict(os.environ):
+        for name in TORCHRUN_VARIABLES:
+            os.environ.pop(name, None)
+        try:
+            _tool(tool).main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit_info:
+            code = exit_info.code
+            if isinstance(code, str):  # what Python prints for SystemExit(message), status 1
+                print(code, file=sys.stderr)
+                code = 1
+    return subprocess.CompletedProcess(args, code or 0, '', stderr.getvalue())
+
+
+@functools.cache
+def _tool(name: str):
+    return load_tool(name)
 
 
 def _fails_with(out, *fragments):
