@@ -106,3 +106,26 @@ def load_tool(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+train_tool = load_tool('train')
+
+
+def train_error(*argv: str) -> str:
+    """Run tools/train.py in this process; return its one-line error."""
+    import pytest
+    with pytest.raises(SystemExit) as exit_info:
+        train_tool.main(list(argv))
+    message = str(exit_info.value.code)
+    assert '\n' not in message, message
+    return message
+
+
+def digits_config_file(tmp_path, max_epochs: int = 1, **overrides) -> str:
+    """SimCLR on a tenth of digits (2 iterations an epoch) as a config file; work dir ``tmp_path/run``."""
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5),
+                        max_epochs=max_epochs, **overrides)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    path = str(tmp_path / 'cfg.py')
+    cfg.dump(path)
+    return path

@@ -1,5 +1,4 @@
 """Bad input, tried as a new user would: each ends with one line naming the problem and the fix."""
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -8,39 +7,18 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_BACKBONE, TINY_NECK, digits_config
+from helpers import TINY_BACKBONE, TINY_NECK, digits_config, digits_config_file, train_error, train_tool
 from PIL import Image
 
 from ifnd.models.algorithms import SimCLR
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))
-_spec = importlib.util.spec_from_file_location('train_tool', osp.join(REPO, 'tools', 'train.py'))
-train_tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(train_tool)
-
-
-def _error(*argv: str) -> str:
-    """Run tools/train.py in this process; return its one-line error."""
-    with pytest.raises(SystemExit) as exit_info:
-        train_tool.main(list(argv))
-    message = str(exit_info.value.code)
-    assert '\n' not in message, message
-    return message
-
-
-def _config_file(tmp_path, max_epochs: int = 1, **overrides) -> str:
-    cfg = digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5), max_epochs=max_epochs,
-                        **overrides)
-    cfg.train_dataloader.dataset.subset_fraction = 0.1
-    path = str(tmp_path / 'cfg.py')
-    cfg.dump(path)
-    return path
 
 
 def _with(tmp_path, **changes) -> str:
     """The digits config with nested ``changes`` merged, as a file."""
     from mmengine.config import Config
-    path = _config_file(tmp_path)
+    path = digits_config_file(tmp_path)
     cfg = Config.fromfile(path)
     cfg.merge_from_dict(changes)
     cfg.dump(path)
@@ -48,12 +26,12 @@ def _with(tmp_path, **changes) -> str:
 
 
 def test_missing_config_file():
-    message = _error('configs/ifnd/no_such_config.py')
+    message = train_error('configs/ifnd/no_such_config.py')
     assert 'Config file not found: configs/ifnd/no_such_config.py' in message and 'configs/' in message
 
 
 def test_unknown_registry_type(tmp_path):
-    message = _error(_with(tmp_path, model=dict(type='SimCRL')))
+    message = train_error(_with(tmp_path, model=dict(type='SimCRL')))
     assert message.startswith('error: SimCRL is not in the ifnd::model registry')
 
 
@@ -64,13 +42,13 @@ def test_unknown_registry_type(tmp_path):
     ('trian_dataloader.batch_size=8', "did you mean 'train_dataloader'"),
 ])
 def test_cfg_options_typo_names_the_key_and_the_closest_one(option, suggestion):
-    message = _error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--cfg-options', option)
+    message = train_error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--cfg-options', option)
     assert f"--cfg-options key '{option.split('=')[0]}' is not in" in message and suggestion in message
 
 
 def test_misspelt_keyword_of_a_class_taking_any_keyword(tmp_path):
     """IFND passes unknown keywords on to its base class, so the build itself names the typo."""
-    message = _error(_config_file(tmp_path), '--cfg-options', 'model.temprature=0.1')
+    message = train_error(digits_config_file(tmp_path), '--cfg-options', 'model.temprature=0.1')
     assert "unexpected keyword argument 'temprature'; check its spelling" in message
 
 
@@ -85,7 +63,7 @@ def test_cfg_options_accepts_new_keywords_that_something_takes():
 
 
 def test_data_root_without_the_expected_files(tmp_path):
-    message = _error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--work-dir', str(tmp_path / 'run'),
+    message = train_error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--work-dir', str(tmp_path / 'run'),
                      '--cfg-options', f'train_dataloader.dataset.data_root={tmp_path}')
     assert 'train-images-idx3-ubyte' in message and str(tmp_path) in message
 
@@ -102,7 +80,7 @@ def test_truncated_image_is_named(tmp_path):
         dataset=dict(_delete_=True, type='ImageFolder', data_root=str(tmp_path / 'images'),
                      pipeline=dict(type='MultiView', num_views=2,
                                    transforms=dict(type='ContrastiveView', size=16)))))
-    message = _error(path)
+    message = train_error(path)
     assert f"Cannot read image '{broken}'" in message and 'remove or replace the file' in message
 
 
@@ -111,7 +89,7 @@ def test_more_clusters_than_samples(tmp_path):
                         pseudo_labels=dict(num_clusters=[10, 5000]))
     path = str(tmp_path / 'cfg.py')
     cfg.dump(path)
-    message = _error(path)
+    message = train_error(path)
     assert 'cannot form 5000 clusters from 1347 samples' in message and 'smaller' in message
 
 
@@ -119,19 +97,19 @@ def test_checkpoint_of_another_architecture(tmp_path):
     other = SimCLR(backbone=dict(TINY_BACKBONE, channels=(16, 32, 64, 128)), neck=TINY_NECK)
     ckpt = tmp_path / 'wide.pth'
     torch.save({'state_dict': other.state_dict(), 'meta': {}}, ckpt)
-    message = _error(_config_file(tmp_path), '--cfg-options', f'load_from={ckpt}')
+    message = train_error(digits_config_file(tmp_path), '--cfg-options', f'load_from={ckpt}')
     assert f'checkpoint {ckpt} does not fit the model SimCLR' in message
     assert 'shape mismatches (backbone.model.' in message and 'config it was written with' in message
 
 
 def test_truncated_checkpoint(tmp_path):
-    path = _config_file(tmp_path)
+    path = digits_config_file(tmp_path)
     train_tool.main([path])
     ckpt = tmp_path / 'run' / 'epoch_1.pth'
     data = ckpt.read_bytes()
     cut = tmp_path / 'cut.pth'
     cut.write_bytes(data[:len(data) // 2])
-    message = _error(path, '--resume', str(cut))
+    message = train_error(path, '--resume', str(cut))
     assert f'checkpoint {cut} is truncated or corrupt' in message and 'earlier checkpoint' in message
 
 
@@ -147,13 +125,13 @@ def test_nan_loss_stops_with_the_iteration_and_the_last_finite_loss(tmp_path, mo
         return out
 
     monkeypatch.setattr(SimCLR, 'loss', loss_nan_at_third_step)
-    message = _error(_config_file(tmp_path, batch_size=16))
+    message = train_error(digits_config_file(tmp_path, batch_size=16))
     assert f'the loss became nan at iteration 3 (epoch 1); the last finite loss was {calls[1]:.6g} ' \
            'at iteration 2' in message and 'Lower the learning rate' in message
 
 
 def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    path = _config_file(tmp_path, max_epochs=2)
+    path = digits_config_file(tmp_path, max_epochs=2)
     real_fsync = os.fsync
 
     def fsync_disk_full_for_epoch_2(fd):
@@ -162,7 +140,7 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypa
         real_fsync(fd)
 
     monkeypatch.setattr(os, 'fsync', fsync_disk_full_for_epoch_2)
-    message = _error(path)
+    message = train_error(path)
     run = tmp_path / 'run'
     assert f'could not write {run / "epoch_2.pth"} (No space left on device)' in message
     assert 'Free space' in message
@@ -177,7 +155,7 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypa
 def test_full_disk_gives_one_line_and_no_traceback(tmp_path, monkeypatch, capsys):
     """The disk fills after epoch 1's checkpoint: the log file's writes fail, then epoch 2's checkpoint."""
     import logging
-    path = _config_file(tmp_path, max_epochs=2)
+    path = digits_config_file(tmp_path, max_epochs=2)
     run = tmp_path / 'run'
     real_fsync, real_flush = os.fsync, logging.StreamHandler.flush
 
@@ -194,7 +172,7 @@ def test_full_disk_gives_one_line_and_no_traceback(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(os, 'fsync', fsync_disk_full_for_epoch_2)
     monkeypatch.setattr(logging.FileHandler, 'flush', log_file_flush_on_a_full_disk, raising=False)
     capsys.readouterr()
-    message = _error(path, '--cfg-options', 'log_level=INFO')  # epoch 2 logs lines after the disk filled
+    message = train_error(path, '--cfg-options', 'log_level=INFO')  # epoch 2 logs lines after the disk filled
     out, err = capsys.readouterr()
     assert message.startswith(f'error: could not write {run / "epoch_2.pth"} (No space left on device); '
                               'earlier files are intact. Free space in')
@@ -205,13 +183,13 @@ def test_full_disk_gives_one_line_and_no_traceback(tmp_path, monkeypatch, capsys
 
 
 def test_resume_in_an_empty_work_dir(tmp_path):
-    message = _error(_config_file(tmp_path), '--resume')
+    message = train_error(digits_config_file(tmp_path), '--resume')
     assert 'found no checkpoint in' in message and 'without --resume' in message
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the message on machines without a GPU')
 def test_amp_without_a_gpu():
-    message = _error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--amp')
+    message = train_error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--amp')
     assert '--amp needs a GPU' in message
 
 
@@ -228,7 +206,7 @@ def _ifnd_config_file(tmp_path, num_clusters=(10,), max_epochs: int = 1, name: s
 
 
 def test_fewer_samples_than_one_batch_with_drop_last(tmp_path):
-    message = _error(_config_file(tmp_path, batch_size=256))
+    message = train_error(digits_config_file(tmp_path, batch_size=256))
     assert 'the training set has 136 samples, fewer than one batch of 256 with drop_last=True' in message
     assert 'train_dataloader.batch_size to at most 136' in message and 'drop_last=False' in message
     assert not list((tmp_path / 'run').glob('*.pth')), 'no untrained checkpoint is written'
@@ -299,7 +277,7 @@ def test_image_folder_classes_argument(tmp_path):
 
 
 def test_a_level_with_one_cluster_is_refused(tmp_path):
-    message = _error(_ifnd_config_file(tmp_path, num_clusters=[10, 1]))
+    message = train_error(_ifnd_config_file(tmp_path, num_clusters=[10, 1]))
     assert 'num_clusters=[10, 1] has a level with k=1' in message
     assert 'all negatives would be eliminated' in message and 'k >= 2' in message
 
@@ -312,14 +290,14 @@ def test_a_level_with_one_cluster_is_refused(tmp_path):
     ('custom_hooks.0.kmeans.niter=many', "config key 'custom_hooks.0.kmeans.niter' must be int"),
 ])
 def test_config_value_of_the_wrong_type_names_key_and_type(tmp_path, option, expected):
-    message = _error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--work-dir', str(tmp_path),
+    message = train_error('configs/ifnd/ifnd_r18_demo_fmnist.py', '--work-dir', str(tmp_path),
                      '--cfg-options', option)
     assert expected in message and '--cfg-options' in message
 
 
 @pytest.mark.parametrize('channels', ['(8,16,32)', '(8,16,32,64,128)'])
 def test_channels_of_the_wrong_length(tmp_path, channels):
-    message = _error(_config_file(tmp_path), '--cfg-options', f'model.backbone.channels={channels}')
+    message = train_error(digits_config_file(tmp_path), '--cfg-options', f'model.backbone.channels={channels}')
     assert f'model.backbone.channels={channels.replace(",", ", ")}' in message
     assert 'resnet18 has 4 stages; give one width per stage' in message
 
@@ -327,17 +305,17 @@ def test_channels_of_the_wrong_length(tmp_path, channels):
 def test_config_with_a_syntax_error_names_file_and_line(tmp_path):
     broken = tmp_path / 'broken.py'
     broken.write_text("model = dict(type='SimCLR',\n             temperature=0.5\ntrain_cfg = dict()\n")
-    message = _error(str(broken))
+    message = train_error(str(broken))
     assert message.startswith(f'error: config {broken} line ') and 'fix the file' in message
     leaf = tmp_path / 'leaf.py'
     leaf.write_text("_base_ = ['broken.py']\n")
-    assert f'config {broken} line ' in _error(str(leaf)), 'an error in a base file names that file'
+    assert f'config {broken} line ' in train_error(str(leaf)), 'an error in a base file names that file'
 
 
 def test_python_config_saved_as_yaml(tmp_path):
     path = tmp_path / 'cfg.yaml'
-    path.write_text(open(_config_file(tmp_path)).read())
-    message = _error(str(path))
+    path.write_text(open(digits_config_file(tmp_path)).read())
+    message = train_error(str(path))
     assert f'config {path} is Python, not yaml: rename it to {tmp_path / "cfg.py"}' in message
 
 
@@ -350,7 +328,7 @@ def test_documented_kmeans_options_pass_the_key_check(tmp_path):
                                                'custom_hooks.0.kmeans.sharded': False})
         assert cfg.custom_hooks[0].kmeans.backend == 'torch' and cfg.custom_hooks[0].kmeans.sharded is False
     for path in (shipped[0], shipped[-1]):
-        message = _error(path, '--cfg-options', 'custom_hooks.0.kmeans.backnd=torch')
+        message = train_error(path, '--cfg-options', 'custom_hooks.0.kmeans.backnd=torch')
         assert "did you mean 'custom_hooks.0.kmeans.backend'" in message
 
 
@@ -417,7 +395,7 @@ def test_full_disk_while_saving_pseudo_labels(tmp_path, monkeypatch):
         real_fsync(fd)
 
     monkeypatch.setattr(os, 'fsync', fsync_disk_full_for_labels)
-    message = _error(_ifnd_config_file(tmp_path))
+    message = train_error(_ifnd_config_file(tmp_path))
     folder = tmp_path / 'run' / 'pseudo_labels'
     assert f'could not write {folder / "epoch_0000.npz"} (No space left on device)' in message
     assert 'Free space' in message and os.listdir(folder) == [], 'no temp file is left'

@@ -69,6 +69,22 @@ def planted(tiny, tmp_path_factory):
     return files, marker
 
 
+def _publish_as_planted(path, tmp_path, monkeypatch) -> None:
+    """A zoo index whose entry 'planted' is the file at ``path``, served from a folder mirror."""
+    mirror = tmp_path / 'mirror'
+    mirror.mkdir()
+    data = open(path, 'rb').read()
+    (mirror / 'planted.pth').write_bytes(data)
+    index = tmp_path / 'models.yaml'
+    index.write_text(yaml.safe_dump({'models': [dict(
+        name='planted', algorithm='SimCLR', backbone='resnet18', dataset='Digits', epochs=1,
+        config='configs/simclr/simclr_r18_200e_fmnist.py', file='planted.pth', size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(), urls=[], reproduce='-')]}))
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+    monkeypatch.setenv('IFND_HOME', str(tmp_path / 'home'))
+    monkeypatch.setenv('IFND_ZOO_URL', str(mirror))
+
+
 NAMES = ['text, first line', 'text, nested value', 'text, dict(**...) call', 'text, _base_ file',
          'text, {{_base_}} placeholder', 'text, registry type', 'data, registry type',
          "backbone file, meta['model']"]
@@ -99,18 +115,7 @@ def test_in_process_readers_never_run_the_payload(planted, tiny, name, tmp_path,
     with pytest.raises(ValueError, match='pass the training config'):
         load_feature_model(path, 'f')
     # The zoo and torch.hub, from a folder mirror.
-    mirror = tmp_path / 'mirror'
-    mirror.mkdir()
-    data = open(path, 'rb').read()
-    (mirror / 'planted.pth').write_bytes(data)
-    index = tmp_path / 'models.yaml'
-    index.write_text(yaml.safe_dump({'models': [dict(
-        name='planted', algorithm='SimCLR', backbone='resnet18', dataset='Digits', epochs=1,
-        config='configs/simclr/simclr_r18_200e_fmnist.py', file='planted.pth', size=len(data),
-        sha256=hashlib.sha256(data).hexdigest(), urls=[], reproduce='-')]}))
-    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
-    monkeypatch.setenv('IFND_HOME', str(tmp_path / 'home'))
-    monkeypatch.setenv('IFND_ZOO_URL', str(mirror))
+    _publish_as_planted(path, tmp_path, monkeypatch)
     _same_features(zoo.get_model('planted', progress=False), model)
     _same_features(torch.hub.load(REPO, 'planted', source='local', progress=False), model)
     if read is None:
@@ -310,18 +315,7 @@ def test_every_reader_takes_the_architecture_alone(tiny, tmp_path, sealed, kind,
         loaded = load_feature_model(str(ckpt), 'z', str(user_config))
         assert type(loaded.model).__name__ == 'SimCLR'
     load_tool('extract_backbone').main([str(ckpt), str(tmp_path / 'extracted.pth')])
-    mirror = tmp_path / 'mirror'
-    mirror.mkdir()
-    data = ckpt.read_bytes()
-    (mirror / 'planted.pth').write_bytes(data)
-    index = tmp_path / 'models.yaml'
-    index.write_text(yaml.safe_dump({'models': [dict(
-        name='planted', algorithm='SimCLR', backbone='resnet18', dataset='Digits', epochs=1,
-        config='configs/simclr/simclr_r18_200e_fmnist.py', file='planted.pth', size=len(data),
-        sha256=hashlib.sha256(data).hexdigest(), urls=[], reproduce='-')]}))
-    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
-    monkeypatch.setenv('IFND_HOME', str(tmp_path / 'home'))
-    monkeypatch.setenv('IFND_ZOO_URL', str(mirror))
+    _publish_as_planted(ckpt, tmp_path, monkeypatch)
     _same_features(zoo.get_model('planted', progress=False), model)
     _same_features(torch.hub.load(REPO, 'planted', source='local', progress=False), model)
     if architecture is not None:

@@ -4,49 +4,29 @@ import json
 import math
 import os.path as osp
 import shutil
+import time
 
 import pytest
 import torch
-from helpers import CONFIG_DIR, digits_config, load_tool
+from helpers import CONFIG_DIR, digits_config_file, train_error, train_tool
 from mmengine.config import Config
 
-from ifnd.engine.work_dir import check_new_run, resume_checkpoint
 from ifnd.engine.cli import check_top_level_keys, load_config
-
-train_tool = load_tool('train')
-
-
-def _error(*argv: str) -> str:
-    """Run tools/train.py in this process; return its one-line error."""
-    with pytest.raises(SystemExit) as exit_info:
-        train_tool.main(list(argv))
-    message = str(exit_info.value.code)
-    assert '\n' not in message, message
-    return message
-
-
-def _config_file(tmp_path, max_epochs: int = 1, **overrides) -> str:
-    """SimCLR on a tenth of digits (2 iterations an epoch), work dir ``tmp_path/run``."""
-    cfg = digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5),
-                        max_epochs=max_epochs, **overrides)
-    cfg.train_dataloader.dataset.subset_fraction = 0.1
-    path = str(tmp_path / 'cfg.py')
-    cfg.dump(path)
-    return path
+from ifnd.engine.work_dir import check_new_run, resume_checkpoint
 
 
 # --------------------------------------------------------------------- a new run in a used work dir
 def test_new_run_refuses_a_work_dir_holding_a_run_unless_overwrite(tmp_path):
-    path = _config_file(tmp_path)
+    path = digits_config_file(tmp_path)
     run = tmp_path / 'run'
     train_tool.main([path])
     saved = (run / 'epoch_1.pth').read_bytes()
-    message = _error(path)
+    message = train_error(path)
     assert f'{run} holds a run (' in message and 'last_checkpoint' in message
     assert '--resume' in message and '--work-dir' in message and '--overwrite' in message
     assert (run / 'epoch_1.pth').read_bytes() == saved, 'nothing is overwritten'
 
-    assert 'give one of them' in _error(path, '--resume', '--overwrite')
+    assert 'give one of them' in train_error(path, '--resume', '--overwrite')
     (run / 'epoch_7.pth').write_bytes(b'an earlier, longer run')
     (run / 'pseudo_labels').mkdir()
     (run / 'pseudo_labels' / 'rounds.json').write_text('[]')
@@ -111,7 +91,7 @@ def test_bad_last_checkpoint_names_the_file_and_the_fix(tmp_path, content):
 
 
 def test_moved_work_dir_resumes_from_its_own_checkpoint(tmp_path, capfd):
-    path = _config_file(tmp_path, max_epochs=2)
+    path = digits_config_file(tmp_path, max_epochs=2)
     original, moved = tmp_path / 'run', tmp_path / 'moved'
     train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1'])
     shutil.copytree(original, moved)
@@ -121,7 +101,7 @@ def test_moved_work_dir_resumes_from_its_own_checkpoint(tmp_path, capfd):
     assert f'resuming from its own {moved / "epoch_1.pth"}' in capfd.readouterr().out
 
     (moved / 'last_checkpoint').write_text('')
-    message = _error(path, '--resume', '--work-dir', str(moved))
+    message = train_error(path, '--resume', '--work-dir', str(moved))
     assert f'{moved / "last_checkpoint"} is empty' in message and '--resume' in message
 
 
@@ -132,9 +112,10 @@ def test_resume_takes_the_command_line_lr_instead_of_the_checkpoints(tmp_path, c
     scheduler continues from the new base value (cosine over 3 epochs: 0.75 x base in epoch 2)."""
     scheduler = (dict(type='ConstantLR', factor=1.0, by_epoch=True) if schedule == 'constant' else
                  dict(type='CosineAnnealingLR', T_max=3, by_epoch=True, begin=0, end=3))
-    path = _config_file(tmp_path, max_epochs=2, param_scheduler=scheduler)
+    path = digits_config_file(tmp_path, max_epochs=2, param_scheduler=scheduler)
     run = tmp_path / 'run'
     train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1', 'log_level=INFO'])
+    time.sleep(1)  # mmengine names a run's log folder by the second it starts: two folders here
     train_tool.main([path, '--resume', '--cfg-options', 'optim_wrapper.optimizer.lr=0.2',
                      'log_level=INFO'])
     factor = [1.0, 1.0, 1.0] if schedule == 'constant' else \
@@ -157,10 +138,10 @@ def test_resume_takes_the_command_line_lr_instead_of_the_checkpoints(tmp_path, c
 
 # ------------------------------------------------------------------------------- config handling
 def test_unknown_top_level_key_is_refused_with_the_close_one(tmp_path):
-    path = _config_file(tmp_path)
+    path = digits_config_file(tmp_path)
     with open(path, 'a') as f:
         f.write('randomnes = 7\n_my_lr = 0.1\n')  # '_' marks a config's own variable
-    message = _error(path)
+    message = train_error(path)
     assert "config key 'randomnes' in cfg.py is not a Runner setting" in message
     assert "did you mean 'randomness'" in message
     assert not (tmp_path / 'run').exists()
@@ -180,14 +161,14 @@ def test_every_shipped_config_passes_the_top_level_key_check(tmp_path):
 def test_circular_base_names_the_cycle(tmp_path):
     (tmp_path / 'a.py').write_text("_base_ = ['b.py']\nx = 1\n")
     (tmp_path / 'b.py').write_text("_base_ = ['./a.py']\ny = 2\n")
-    message = _error(str(tmp_path / 'a.py'))
+    message = train_error(str(tmp_path / 'a.py'))
     assert 'a.py -> b.py -> a.py' in message and 'RecursionError' not in message
     (tmp_path / 'leaf.py').write_text("_base_ = ['_base_/c.py']\n")
     (tmp_path / '_base_').mkdir()
     (tmp_path / '_base_' / 'c.py').write_text("_base_ = ['c.py']\n")
-    assert 'c.py -> c.py' in _error(str(tmp_path / 'leaf.py'))
+    assert 'c.py -> c.py' in train_error(str(tmp_path / 'leaf.py'))
 
 
 def test_cfg_options_key_without_a_value(tmp_path):
-    message = _error(_config_file(tmp_path), '--cfg-options', 'train_cfg.max_epochs=1', 'key')
+    message = train_error(digits_config_file(tmp_path), '--cfg-options', 'train_cfg.max_epochs=1', 'key')
     assert message == "error: --cfg-options 'key' has no value: write key=VALUE"
