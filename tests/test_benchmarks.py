@@ -339,6 +339,8 @@ def test_gap_closed_summary():
     assert '| 2 | 79.00 | 89.00 | — |' in table
 
 
+# Slow (about 85 s on 2 cores): the harness's whole chain (training subprocesses, linear probes,
+# collection, paired statistics) for real; two seeds are the fewest the paired intervals take.
 def test_false_negatives_end_to_end_on_digits(tmp_path):
     """Two seeds of SimCLR, IFND and SupCon through tools/train.py, linear probes included."""
     from helpers import digits_config
