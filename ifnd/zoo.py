@@ -512,7 +512,7 @@ def _repo_config(entry: dict) -> str:
 
 
 README_PATH = osp.join(REPO_ROOT, 'model_zoo', 'README.md')
-README_FIELDS = ('algorithm', 'backbone', 'dataset', 'epochs', 'size', 'config', 'reproduce')
+README_FIELDS = ('algorithm', 'backbone', 'dataset', 'epochs', 'size', 'sha256', 'config', 'reproduce')
 # A published baseline (an entry citing its authors' file in ``published_in``) needs these.
 BASELINE_FIELDS = ('algorithm', 'backbone', 'dataset', 'epochs', 'published_in', 'metrics')
 

@@ -17,9 +17,9 @@ from sklearn.metrics import (adjusted_mutual_info_score, adjusted_rand_score,
 from helpers import TINY_NECK, digits_config
 from ifnd.datasets import Digits
 from ifnd.evaluation import cluster_quality_table, nmi_curve, read_round, tsne_embedding
-from ifnd.evaluation.analysis import (analysis_dataset, checkpoint_config, load_feature_model,
-                                      match_clusters_to_classes, member_centroids, round_files,
-                                      sample_indices)
+from ifnd.evaluation.analysis import (analysis_dataset, load_feature_model, match_clusters_to_classes,
+                                      member_centroids, round_files, sample_indices)
+from ifnd.fileio import checkpoint_config
 from ifnd.registry import MODELS
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))

@@ -566,3 +566,16 @@ def test_false_negatives_resummarises_the_published_cpu_result(tmp_path, capsys)
                           for key, text in run['command'].items()}
     assert again['runs'] == saved['runs']
     assert result['summary']['methods'].keys() == saved['summary']['methods'].keys()
+
+
+def test_false_negatives_table_keeps_a_row_without_timings():
+    """Runs that logged no seconds leave only the time cell empty, not the whole row."""
+    _load('false_negatives')  # puts the harness package on the path
+    from fn_harness import report
+    with open(osp.join(osp.dirname(BENCHMARKS), 'docs', 'false_negatives_cpu.json')) as f:
+        result = json.load(f)
+    for run in result['runs']:
+        run.pop('seconds', None)
+    row = next(line for line in report.markdown_tables(result).splitlines()
+               if line.startswith('| SimCLR |'))
+    assert row.startswith('| SimCLR | instance labels | 76.76 ± 0.26 |') and row.endswith('| — |')

@@ -341,3 +341,18 @@ def test_the_dropped_keys_are_named_in_one_log_line(tiny, monkeypatch):
         assert name in lines[0]
     assert kept['backbone'] == TINY_BACKBONE
     assert kept['neck'] == cfg.model.neck.to_dict() and kept['type'] == 'SimCLR'
+
+
+def test_a_type_name_is_looked_up_never_imported():
+    import sys
+
+    from ifnd.models.architecture import architecture_config
+    sys.modules.pop('this', None)  # mmengine's Registry.get would import it: it prints a poem
+    backbone = dict(type='TimmBackbone', model_name='resnet18')
+    assert architecture_config(dict(type='this', backbone=backbone), 'ckpt') is None
+    assert architecture_config(dict(type='json', backbone=backbone), 'ckpt') is None
+    assert 'this' not in sys.modules
+    # None is the builders' own default for a part, not a bad value.
+    kept = architecture_config(dict(type='SimCLR', backbone=backbone, data_preprocessor=None,
+                                    neck=dict(type='MLPNeck', in_dim=512)), 'ckpt')
+    assert kept['data_preprocessor'] is None and kept['backbone'] == backbone

@@ -33,6 +33,9 @@ def test_new_run_refuses_a_work_dir_holding_a_run_unless_overwrite(tmp_path):
     train_tool.main([path, '--overwrite'])
     assert not (run / 'epoch_7.pth').exists() and not (run / 'pseudo_labels' / 'rounds.json').exists()
     assert (run / 'last_checkpoint').read_text().endswith('epoch_1.pth')
+    # --overwrite never deletes the checkpoint the new run is to load.
+    message = train_error(path, '--overwrite', '--cfg-options', f'load_from={run / "epoch_1.pth"}')
+    assert 'would delete' in message and (run / 'epoch_1.pth').is_file()
 
 
 def test_logs_alone_or_first_round_labels_are_not_a_run(tmp_path):
@@ -114,10 +117,13 @@ def test_resume_takes_the_command_line_lr_instead_of_the_checkpoints(tmp_path, c
                  dict(type='CosineAnnealingLR', T_max=3, by_epoch=True, begin=0, end=3))
     path = digits_config_file(tmp_path, max_epochs=2, param_scheduler=scheduler)
     run = tmp_path / 'run'
-    train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1', 'log_level=INFO'])
+    # mmengine keeps one logger and visualiser per experiment name (config name and start second)
+    # for the whole process: names of their own keep each run's logs in its own folder.
+    train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1', 'log_level=INFO',
+                     f'experiment_name=lr_{schedule}_first'])
     time.sleep(1)  # mmengine names a run's log folder by the second it starts: two folders here
     train_tool.main([path, '--resume', '--cfg-options', 'optim_wrapper.optimizer.lr=0.2',
-                     'log_level=INFO'])
+                     'log_level=INFO', f'experiment_name=lr_{schedule}_resumed'])
     factor = [1.0, 1.0, 1.0] if schedule == 'constant' else \
         [(1 + math.cos(math.pi * epoch / 3)) / 2 for epoch in range(3)]
     lrs = {}

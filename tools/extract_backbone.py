@@ -13,14 +13,13 @@ weights, ``--model-name`` settles the names they leave open (e.g. resnet50d vari
 from __future__ import annotations
 
 import argparse
-import copy
 import io
 import os.path as osp
 
 import torch
 
 from ifnd.engine.cli import add_encoder_arguments, check_arguments, input_errors_as_messages
-from ifnd.fileio import AtomicLocalBackend
+from ifnd.fileio import AtomicLocalBackend, config_to_data
 from ifnd.models.encoder import load_encoder
 
 
@@ -43,21 +42,16 @@ def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = No
     state = {k: v.detach().clone().contiguous() for k, v in encoder.backbone.model.state_dict().items()}
     result = {
         'state_dict': state,
-        'meta': {'model': {'backbone': _plain(encoder.backbone_cfg),
-                           'data_preprocessor': _plain(encoder.data_preprocessor_cfg)},
+        # The architecture alone ('pretrained' is the loaders' own setting): what readers keep.
+        'meta': {'model': {'backbone': config_to_data({k: v for k, v in encoder.backbone_cfg.items()
+                                                       if k != 'pretrained'}),
+                           'data_preprocessor': config_to_data(encoder.data_preprocessor_cfg)},
                  'source': osp.abspath(checkpoint_path)},
     }
     buffer = io.BytesIO()
     torch.save(result, buffer)
     AtomicLocalBackend().put(buffer.getvalue(), out)
     return result
-
-
-def _plain(cfg) -> dict:
-    """A config as plain dicts/lists/tuples, which ``weights_only`` loading accepts."""
-    if hasattr(cfg, 'to_dict'):
-        cfg = cfg.to_dict()
-    return copy.deepcopy(dict(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

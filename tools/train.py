@@ -6,9 +6,10 @@ import os.path as osp
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from ifnd.engine import SafeLoadRunner, check_new_run, remove_run
+from ifnd.engine import SafeLoadRunner
 from ifnd.engine.cli import (CfgOptionsAction, init_distributed_without_cuda, input_errors_as_messages,
                              runner_config)
+from ifnd.engine.work_dir import check_new_run, remove_run, run_files
 from ifnd.registry import RUNNERS
 
 
@@ -60,6 +61,10 @@ def prepare_work_dir(cfg: Config, args: argparse.Namespace) -> None:
     if not args.overwrite:
         check_new_run(cfg.work_dir)
         return
+    load_from = cfg.get('load_from')
+    if load_from and osp.realpath(load_from) in {osp.realpath(p) for p in run_files(cfg.work_dir)}:
+        raise SystemExit(f'error: --overwrite would delete {load_from}, the checkpoint load_from '
+                         f'names: copy it out of {cfg.work_dir} first, or use another --work-dir')
     rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID',
                                                  os.environ.get('OMPI_COMM_WORLD_RANK', '0')))
     if rank == '0':  # one process deletes; the others' runs start empty all the same

@@ -67,7 +67,7 @@ def _comparison_table(result: dict) -> list[str]:
             f"{_ci(paired.get('linear_top1'))} | "
             f"{_ci(gap.get('top1'), 'share', 100, '{:.0f}%')} | "
             f"{_ci(gap.get('linear_top1'), 'share', 100, '{:.0f}%')} | "
-            f"{np.mean(secs):.0f} |" if secs else '— |')
+            + (f"{np.mean(secs):.0f} |" if secs else '— |'))
     return lines
 
 

@@ -327,9 +327,9 @@ def decode_images(encoded: Sequence[torch.Tensor], paths: Sequence[str] | None =
 
     JPEGs are decoded together by ``decode_jpeg`` on ``device`` (nvJPEG on CUDA, ordered before the caller's
     stream's later work without a host wait); PNG, GIF and WebP by torchvision on the CPU; every other
-    format Pillow reads (BMP, TIFF, PPM, ...) by Pillow, as the CPU path. A file whose header claims more
-    pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` allows is refused as the CPU path refuses it, before
-    any decoding. torchvision's decoders are kept (TorchCodec, their successor, is not a dependency).
+    format Pillow reads (BMP, TIFF, PPM, ...) by Pillow, as the CPU path. A JPEG or a file Pillow can open
+    whose header claims more pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` allows is refused as the
+    CPU path refuses it, before any decoding; a file Pillow cannot open is left to torchvision's decoder. torchvision's decoders are kept (TorchCodec, their successor, is not a dependency).
     """
     device = torch.device(device)
     paths = list(paths) if paths is not None else [f'<item {i}>' for i in range(len(encoded))]

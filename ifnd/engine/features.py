@@ -93,13 +93,16 @@ def extract_features(model: torch.nn.Module, dataset: Dataset, feature: str = 'z
     algorithm.eval()
     feats, labels = [], []
     full = 0  # the first batch's size: every batch but the last has it
+    # Padding serves a compiled encoder only (one batch shape); others encode the last batch as is.
+    compiled = any(getattr(m, 'compile_cfg', None) is not None for m in algorithm.modules())
     try:
         for batch in batches:
             data = algorithm.data_preprocessor(batch, False)
             inputs = data['inputs'][0]
             full = full or len(inputs)
             with _autocast(model_device, autocast):
-                out = algorithm.clustering_features(pad_batch(inputs, full), feature)
+                out = algorithm.clustering_features(pad_batch(inputs, full) if compiled else inputs,
+                                                    feature)
             feats.append(out[:len(inputs)].float())
             labels.append(data['data_samples']['label'])
             if bar is not None:

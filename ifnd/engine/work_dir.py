@@ -64,7 +64,9 @@ def resume_checkpoint(work_dir: str) -> tuple[str | None, str | None]:
     mmengine's ``last_checkpoint`` holds an absolute path: a work dir copied or moved elsewhere
     would resume from the original's file. The work dir's own file of that name is taken instead;
     a named file that is missing gives the newest checkpoint in the work dir. ``(None, None)``
-    when there is none; a ``last_checkpoint`` that names no file raises ``ValueError``.
+    when there is none. A ``last_checkpoint`` that is empty, garbled or a folder raises
+    ``ValueError``; one naming a file that is missing, with no checkpoint in the work dir to fall
+    back to, raises ``FileNotFoundError``.
     """
     pointer = os.path.join(work_dir, 'last_checkpoint')
     newest = newest_checkpoint(work_dir)

@@ -22,13 +22,12 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from torch import Tensor
 
-from ifnd.fileio import checkpoint_config
 
 from .metrics import cluster_quality, false_negative_rates
 
 __all__ = [
     'RoundQuality', 'sample_indices', 'tsne_embedding', 'read_round', 'round_files', 'nmi_curve',
-    'cluster_quality_table', 'member_centroids', 'match_clusters_to_classes', 'checkpoint_config',
+    'cluster_quality_table', 'member_centroids', 'match_clusters_to_classes',
     'find_hook', 'FeatureModel', 'load_feature_model', 'analysis_dataset', 'format_percent',
     'default_num_workers'
 ]

@@ -85,8 +85,10 @@ def _timm_name(value: Any) -> str:
 def _registered(*bases: str) -> Callable:
     """A check that a ``type`` names a class registered in ``MODELS`` deriving from one of ``bases``."""
     def registered(value: Any) -> str:
-        cls = MODELS.get(value) if isinstance(value, str) and NAME.fullmatch(value) else None
-        if cls is None or not any(base.__name__ in bases for base in cls.__mro__):
+        # The registry's own table, never MODELS.get: for an unknown name mmengine imports it.
+        MODELS.import_from_location()
+        cls = MODELS._module_dict.get(value) if isinstance(value, str) else None
+        if not isinstance(cls, type) or not any(base.__name__ in bases for base in cls.__mro__):
             raise _Refused(f'is not a registered {" or ".join(bases)}')
         return value
     return registered
@@ -117,6 +119,8 @@ def _keep(config: Any, allowed: dict, where: str, dropped: list[str]) -> dict:
         check = allowed.get(key)
         if check is None:
             dropped.append(f'{where}.{key}')
+        elif isinstance(check, dict) and value is None:
+            kept[key] = None  # the builders' own default (e.g. data_preprocessor=None)
         elif isinstance(check, dict):
             kept[key] = _keep(value, check, f'{where}.{key}', dropped)
         else:
