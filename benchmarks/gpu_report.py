@@ -1,7 +1,8 @@
 """Every GPU figure in one command: the CUDA-only tests and the benchmarks, into one Markdown report.
 
 Parts, each run as its own process and saved as ``<out-dir>/<part>.json`` when it finishes (a run
-cut short keeps what it measured; a re-run skips finished parts unless ``--force``):
+cut short keeps what it measured; a re-run skips the parts that succeeded unless ``--force``, and
+runs failed or timed-out ones again):
 
 - ``cuda_tests``: the tests whose real check needs CUDA (a whole training step under
   ``torch.cuda.set_sync_debug_mode('error')`` with device views, JPEGs decoded by nvJPEG on a side
@@ -18,7 +19,7 @@ are collected) and renders the report from made-up results, without running anyt
 
 Example::
 
-    python benchmarks/gpu_report.py --out-dir work_dirs/gpu_report   # about 20 min on one H100
+    python benchmarks/gpu_report.py --out-dir work_dirs/gpu_report   # estimated 20 min on one H100
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import importlib
 import json
 import os
 import os.path as osp
+import signal
 import subprocess
 import sys
 import time
@@ -113,20 +115,34 @@ def junit_counts(path: str) -> dict:
     return counts
 
 
+def succeeded(name: str, result: dict) -> bool:
+    """Whether a saved part finished: exit code 0, or for the CUDA tests, its tests ran."""
+    if name == 'cuda_tests':
+        return 'tests' in result  # failing tests are a result; no JUnit file means they never ran
+    return result.get('returncode') == 0
+
+
 def run_part(part: Part, out_dir: str) -> dict:
     """Run one part; its result (or its failure) saved as ``<out_dir>/<name>.json``."""
     result_path = osp.join(out_dir, f'{part.name}.json')
     raw_path = osp.join(out_dir, f'{part.name}.raw.json')
     log_path = osp.join(out_dir, f'{part.name}.log')
+    for stale in (raw_path, raw_path + '.xml'):  # a crashed run must not read back the last run's
+        if osp.isfile(stale):
+            os.remove(stale)
     cmd = command(part, raw_path)
     print(f'[{part.name}] {" ".join(cmd)}', flush=True)
     tic = time.perf_counter()
-    try:
-        with open(log_path, 'w') as log:
-            code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=part.timeout_s).returncode
-    except subprocess.TimeoutExpired:
-        code = 'timeout'
+    with open(log_path, 'w') as log:
+        # Its own session, so a timeout also ends what it started (throughput.py's tools/train.py).
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=part.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = 'timeout'
     result = dict(part=part.name, command=cmd, returncode=code, wall_s=time.perf_counter() - tic, log=log_path)
     if part.script == 'pytest' and osp.isfile(raw_path + '.xml'):
         result['tests'] = junit_counts(raw_path + '.xml')
@@ -141,6 +157,9 @@ def run_part(part: Part, out_dir: str) -> dict:
 def figures(results: dict) -> dict[str, float | None]:
     """The goal figures found in the parts' results (None where a part is missing or failed)."""
     def get(part: str, read: Callable[[dict], float]) -> float | None:
+        # A failed script measured nothing; failed CUDA tests still count (they are the figure).
+        if part != 'cuda_tests' and results.get(part, {}).get('returncode') != 0:
+            return None
         try:
             return float(read(results[part]))
         except (KeyError, TypeError, IndexError, ValueError, StopIteration):
@@ -235,6 +254,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--dry-run', action='store_true',
                         help='check every command and render the report from made-up results; run nothing')
     args = parser.parse_args(argv)
+    # Absolute: each part runs with the repository as its working directory.
+    args.out_dir = osp.abspath(args.out_dir)
     names = [p.name for p in parts(args.out_dir)]
     unknown = sorted(set(args.parts or []) - set(names))
     if unknown:
@@ -260,12 +281,15 @@ def main(argv: Sequence[str] | None = None) -> str:
     results: dict = {}
     for part in parts(args.out_dir):
         path = osp.join(args.out_dir, f'{part.name}.json')
-        if part in chosen and (args.force or not osp.isfile(path)):
-            results[part.name] = run_part(part, args.out_dir)
-        elif osp.isfile(path):
-            print(f'[{part.name}] saved result kept: {path} (--force runs it again)')
+        saved = None
+        if osp.isfile(path):
             with open(path) as f:
-                results[part.name] = json.load(f)
+                saved = json.load(f)
+        if part in chosen and (args.force or saved is None or not succeeded(part.name, saved)):
+            results[part.name] = run_part(part, args.out_dir)
+        elif saved is not None:
+            print(f'[{part.name}] saved result kept: {path} (--force runs it again)')
+            results[part.name] = saved
         report = render(results, device)
         AtomicLocalBackend().put_text(report, osp.join(args.out_dir, 'report.md'))  # as far as it got
     print(report)

@@ -130,8 +130,8 @@ def test_nan_loss_stops_with_the_iteration_and_the_last_finite_loss(tmp_path, mo
            'at iteration 2' in message and 'Lower the learning rate' in message
 
 
-def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    path = digits_config_file(tmp_path, max_epochs=2)
+def _fill_disk_at_epoch_2(monkeypatch) -> None:
+    """Make ``os.fsync`` of epoch_2.pth fail as on a full disk (ENOSPC); other files sync as usual."""
     real_fsync = os.fsync
 
     def fsync_disk_full_for_epoch_2(fd):
@@ -140,12 +140,23 @@ def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypa
         real_fsync(fd)
 
     monkeypatch.setattr(os, 'fsync', fsync_disk_full_for_epoch_2)
+
+
+def _run_files(run) -> list[str]:
+    """The files (not folders) of a work dir, without the dumped config."""
+    return sorted(f for f in os.listdir(run) if not osp.isdir(run / f) and f != 'cfg.py')
+
+
+def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = digits_config_file(tmp_path, max_epochs=2)
+    real_fsync = os.fsync
+    _fill_disk_at_epoch_2(monkeypatch)
     message = train_error(path)
     run = tmp_path / 'run'
     assert f'could not write {run / "epoch_2.pth"} (No space left on device)' in message
     assert 'Free space' in message
-    assert sorted(f for f in os.listdir(run) if not osp.isdir(run / f) and f != 'cfg.py') == \
-        ['epoch_1.pth', 'last_checkpoint'], 'no temp file is left, the last checkpoint survives'
+    assert _run_files(run) == ['epoch_1.pth', 'last_checkpoint'], \
+        'no temp file is left, the last checkpoint survives'
     assert (run / 'last_checkpoint').read_text().endswith('epoch_1.pth')
     monkeypatch.setattr(os, 'fsync', real_fsync)
     train_tool.main([path, '--resume'])  # space freed: the run continues from epoch 1
@@ -157,19 +168,14 @@ def test_full_disk_gives_one_line_and_no_traceback(tmp_path, monkeypatch, capsys
     import logging
     path = digits_config_file(tmp_path, max_epochs=2)
     run = tmp_path / 'run'
-    real_fsync, real_flush = os.fsync, logging.StreamHandler.flush
-
-    def fsync_disk_full_for_epoch_2(fd):
-        if os.readlink(f'/proc/self/fd/{fd}').endswith('epoch_2.pth'):
-            raise OSError(28, 'No space left on device')
-        real_fsync(fd)
+    real_flush = logging.StreamHandler.flush
 
     def log_file_flush_on_a_full_disk(handler):  # FileHandler only: the console handler still works
         if (run / 'epoch_1.pth').exists():
             raise OSError(28, 'No space left on device')
         real_flush(handler)
 
-    monkeypatch.setattr(os, 'fsync', fsync_disk_full_for_epoch_2)
+    _fill_disk_at_epoch_2(monkeypatch)
     monkeypatch.setattr(logging.FileHandler, 'flush', log_file_flush_on_a_full_disk, raising=False)
     capsys.readouterr()
     message = train_error(path, '--cfg-options', 'log_level=INFO')  # epoch 2 logs lines after the disk filled
@@ -178,8 +184,7 @@ def test_full_disk_gives_one_line_and_no_traceback(tmp_path, monkeypatch, capsys
                               'earlier files are intact. Free space in')
     assert 'Traceback' not in out + err and 'Logging error' not in out + err
     assert (out + err).count('could not write the log file') == 1  # one warning, then the console only
-    assert sorted(f for f in os.listdir(run) if not osp.isdir(run / f) and f != 'cfg.py') == \
-        ['epoch_1.pth', 'last_checkpoint']
+    assert _run_files(run) == ['epoch_1.pth', 'last_checkpoint']
 
 
 def test_resume_in_an_empty_work_dir(tmp_path):

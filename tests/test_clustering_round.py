@@ -1,14 +1,12 @@
 """The clustering round: the function PseudoLabelHook and the clustering benchmark both run."""
-import importlib.util
 import json
 import math
-import os.path as osp
 import types
 
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_BACKBONE, TINY_NECK, digits_config
+from helpers import TINY_BACKBONE, TINY_NECK, digits_config, load_tool, train_tool
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
@@ -17,19 +15,11 @@ from ifnd.clustering import (acceptance_rate, check_round_options, clustering_ro
                              plan_round, round_kmeans_options, round_seed)
 from ifnd.registry import HOOKS, MODELS, RUNNERS
 
-REPO = osp.join(osp.dirname(__file__), '..')
 KMEANS = dict(niter=10, nredo=2, max_points_per_centroid=20, backend='torch')
 
 
-def _load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, osp.join(REPO, path))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _load_benchmark():
-    return _load('benchmarks/clustering_cost.py', 'clustering_cost')
+    return load_tool('clustering_cost', folder='benchmarks')
 
 
 def _keep_extracted_features(monkeypatch) -> list:
@@ -124,7 +114,6 @@ def test_hook_temperature_is_the_kappa_temperature(tmp_path, monkeypatch):
 
 def test_hook_refuses_bad_temperature_and_unknown_keys(tmp_path):
     init_default_scope('ifnd')
-    train_tool = _load('tools/train.py', 'train_tool')
     with pytest.raises(ValueError, match=r'temperature \(τ of κ\) must be positive'):
         HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5], temperature=0.0))
     with pytest.raises(TypeError, match='temprature'):
@@ -142,7 +131,7 @@ def test_hook_refuses_bad_temperature_and_unknown_keys(tmp_path):
     assert "'custom_hooks.0.temperature' must be" in str(exit_info.value.code)
 
 
-def test_round_options_are_checked_once_up_front():
+def test_round_options_are_checked_once_up_front(capsys):
     """A bad k-means option stops the hook's construction and the benchmark's start, not a
     round."""
     init_default_scope('ifnd')
@@ -158,6 +147,7 @@ def test_round_options_are_checked_once_up_front():
     bench = _load_benchmark()
     with pytest.raises(SystemExit):
         bench.parse_args(['--num-samples', '50', '--ks', '5', '--max-points-per-centroid', '0'])
+    assert 'max_points_per_centroid must be >= 1' in capsys.readouterr().err
     options, sharded = check_round_options('pcl', dict(nredo=2, sharded=False))
     assert options['nredo'] == 2 and options['niter'] == 20 and sharded is False
     assert set(options) | {'sharded'} == set(round_kmeans_options())

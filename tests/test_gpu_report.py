@@ -3,6 +3,7 @@ and the CUDA-only checks it runs (skipped without CUDA)."""
 import json
 import os.path as osp
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -76,6 +77,105 @@ def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
     assert '# GPU report: Fake GPU' in report and '| clustering |' in report and '| cuda_tests |' in report
     gpu_report.main(['--out-dir', str(tmp_path), '--parts', 'cuda_tests', '--force'])
     assert ran == ['clustering', 'cuda_tests']
+
+
+def test_a_relative_out_dir_is_made_absolute(monkeypatch, tmp_path):
+    """The parts run with the repository as their working directory; the report reads from its own."""
+    monkeypatch.chdir(tmp_path)
+    args = gpu_report.parse_args(['--out-dir', 'rel/report'])
+    assert args.out_dir == str(tmp_path / 'rel' / 'report')
+
+
+def _fails_fast(part, result_path):
+    return [sys.executable, '-c', 'raise SystemExit(3)']
+
+
+def test_a_crashed_part_reads_back_no_earlier_result(monkeypatch, tmp_path):
+    """An earlier run's raw files are removed first, and a failed script part measures nothing."""
+    monkeypatch.setattr(gpu_report, 'command', _fails_fast)
+    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
+    step = gpu_report.Part('step_compiled_bf16', 'step_cost.py', [], 60)
+    (tmp_path / 'step_compiled_bf16.raw.json').write_text(json.dumps(fake['step_compiled_bf16']['result']))
+    tests = gpu_report.Part('cuda_tests', 'pytest', [], 60)
+    (tmp_path / 'cuda_tests.raw.json.xml').write_text('<testsuites><testsuite><testcase name="t"/>'
+                                                     '</testsuite></testsuites>')
+    results = dict(fake, step_compiled_bf16=gpu_report.run_part(step, str(tmp_path)),
+                   cuda_tests=gpu_report.run_part(tests, str(tmp_path)))
+    assert results['step_compiled_bf16']['returncode'] == 3 and 'result' not in results['step_compiled_bf16']
+    assert 'tests' not in results['cuda_tests']
+    assert not list(tmp_path.glob('*.raw.json*'))
+    # Even with a result left in it, a part that exited non-zero gives no figure.
+    results['step_compiled_bf16'] = dict(fake['step_compiled_bf16'], returncode=1)
+    results['cuda_tests'] = dict(fake['cuda_tests'], returncode=1)  # failed tests are still a result
+    figures = gpu_report.figures(results)
+    assert figures['step'] is None and figures['ratio'] is None
+    assert figures['syncs'] == 0.0 and figures['clustering'] == 7.5
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] == 'Z'  # a zombie waiting to be reaped
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='reads /proc')
+def test_a_timeout_ends_the_processes_the_part_started(monkeypatch, tmp_path):
+    """throughput.py starts tools/train.py: a timeout must not leave it running on the GPU."""
+    pid_file = tmp_path / 'grandchild.pid'
+    monkeypatch.setattr(gpu_report, 'command', lambda part, path: [
+        'sh', '-c', f'sleep 60 & echo $! > {pid_file}; wait'])
+    result = gpu_report.run_part(gpu_report.Part('jpeg_folder', 'throughput.py', [], 2), str(tmp_path))
+    assert result['returncode'] == 'timeout'
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while not _process_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _process_gone(pid)
+
+
+def test_failed_and_timed_out_parts_run_again(monkeypatch, tmp_path):
+    """Only a part that succeeded is skipped on a re-run; failing CUDA tests count as a result."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda *a: 'Fake GPU')
+    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
+    ran = []
+    monkeypatch.setattr(gpu_report, 'run_part', lambda part, out_dir: ran.append(part.name) or fake[part.name])
+    saved = {'cuda_tests': dict(returncode='timeout', wall_s=300.0, log='l'),
+             'clustering': dict(fake['clustering'], returncode=1),
+             'fmnist_full': dict(fake['fmnist_full'], returncode='timeout'),
+             'step_eager_fp32': fake['step_eager_fp32'],
+             'jpeg_folder': fake['jpeg_folder']}
+    for name, result in saved.items():
+        (tmp_path / f'{name}.json').write_text(json.dumps(result))
+    gpu_report.main(['--out-dir', str(tmp_path), '--parts', *saved])
+    assert ran == ['cuda_tests', 'clustering', 'fmnist_full']
+    (tmp_path / 'cuda_tests.json').write_text(json.dumps(dict(fake['cuda_tests'], returncode=1)))
+    ran.clear()
+    gpu_report.main(['--out-dir', str(tmp_path), '--parts', 'cuda_tests'])
+    assert ran == []
+
+
+def test_the_figures_are_read_from_the_benchmarks_real_output(tmp_path):
+    """step_cost.py and clustering_cost.py at tiny sizes on the CPU: every key the report reads exists."""
+    threads = torch.get_num_threads()
+    try:
+        gpu_report.importlib.import_module('step_cost').main([
+            '--pairs', 'moco', '--no-encoder', '--batch-size', '4', '--image-size', '8', '--neck-hidden', '16',
+            '--out-dim', '8', '--queue-len', '64', '--num-samples', '256', '--warmup', '1', '--repeats', '1',
+            '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'step.json')])
+        gpu_report.importlib.import_module('clustering_cost').main([
+            '--backends', 'torch', '--num-samples', '300', '--ks', '3,5', '--niter', '2', '--dim', '8',
+            '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'clustering.json')])
+    finally:
+        torch.set_num_threads(threads)
+    results = {name: dict(result=json.loads((tmp_path / f'{file}.json').read_text()), returncode=0)
+               for name, file in [('step_compiled_bf16', 'step'), ('clustering', 'clustering')]}
+    figures = gpu_report.figures(results)
+    assert {k: figures[k] is not None for k in ('step', 'ratio', 'clustering')} == dict(
+        step=True, ratio=True, clustering=True)
+    assert figures['step'] > 0 and figures['ratio'] > 0 and figures['clustering'] > 0
 
 
 def test_without_cuda_the_report_is_refused_in_one_line(monkeypatch, tmp_path):

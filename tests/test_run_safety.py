@@ -1,4 +1,4 @@
-"""Work dirs and configs that used to lose data or be read wrongly: each refused in one line or handled."""
+"""Work dirs and configs that could lose data or be read wrongly: each refused in one line or handled."""
 import glob
 import json
 import math

@@ -1,14 +1,12 @@
 """Silent wrong results: outputs that replace inputs, image folders read wrongly, class ids
 compared across splits that number their classes differently."""
 import copy
-import importlib.util
 import os
 import os.path as osp
-import sys
 
 import numpy as np
 import pytest
-from helpers import CONFIG_DIR, TINY_BACKBONE
+from helpers import CONFIG_DIR, TINY_BACKBONE, load_tool
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from PIL import Image
@@ -18,17 +16,6 @@ from ifnd.engine.cli import check_arguments
 from ifnd.evaluation.class_match import class_id_map, match_eval_classes
 from ifnd.models.classifier import ImageClassifier
 from ifnd.registry import MODELS, RUNNERS
-
-TOOLS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools')
-
-
-def _tool(name):
-    """Import tools/<name>.py as a module (the folder holds scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f'tool_{name.replace("/", "_")}', osp.join(TOOLS, f'{name}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 # ------------------------------------------------------------------------------ outputs that are inputs
 @pytest.mark.parametrize('alias', ['same', 'dot', 'symlink', 'hardlink'])
@@ -59,44 +46,37 @@ def test_check_arguments_refuses_two_outputs_in_one_file_and_keeps_other_paths(t
                     outputs={'--out': str(tmp_path / 'copy.pth'), '--csv': None})
 
 
-def _tool_argvs(tmp_path):
-    """(tool, argv) pairs whose output flag names one of their inputs (``IN``: an existing file)."""
-    work = tmp_path / 'work'
-    (work / 'pseudo_labels').mkdir(parents=True)
-    (work / 'pseudo_labels' / 'epoch_1.npz').write_bytes(b'round')
-    rounds = str(work / 'pseudo_labels' / 'epoch_1.npz')
-    return [
-        ('extract_backbone', ['IN', 'IN'], 'out IN is the same file as checkpoint IN'),
-        ('convert_to_detectron2', ['IN', './IN'], 'out ./IN is the same file as checkpoint IN'),
-        ('knn_eval', ['IN', '--config', 'CFG', '--out', 'CFG'], '--out CFG is the same file as --config CFG'),
-        ('voc07_svm', ['IN', '--data-root', '.', '--out', 'IN'], '--out IN is the same file as checkpoint IN'),
-        ('make_subset', ['--config', 'CFG', '--fraction', '0.5', '--out', 'CFG'],
-         '--out CFG is the same file as --config CFG'),
-        ('publish_model', ['IN', '--name', 'x', '--reproduce', 'y', '--index', 'IN'],
-         '--index IN is the same file as checkpoint IN'),
-        ('analysis/cluster_table', ['IN', '--config', 'CFG', '--out', 'IN'], '--out IN is the same file as CKPT IN'),
-        ('analysis/plot_embeddings', ['IN', '--config', 'CFG', '--rounds', rounds, '--out', rounds],
-         f'--out {rounds} is the same file as --rounds {rounds}'),
-        ('analysis/cluster_quality_curve', [str(work), '--out', rounds],
-         f'--out {rounds} is the same file as WORK_DIR {rounds}'),
-    ]
+ROUNDS = 'work/pseudo_labels/epoch_1.npz'
+# tool: (argv, error) where an output flag names one of the tool's inputs (``IN``: an existing file).
+OUTPUT_IS_INPUT = {
+    'extract_backbone': (['IN', 'IN'], 'out IN is the same file as checkpoint IN'),
+    'convert_to_detectron2': (['IN', './IN'], 'out ./IN is the same file as checkpoint IN'),
+    'knn_eval': (['IN', '--config', 'CFG', '--out', 'CFG'], '--out CFG is the same file as --config CFG'),
+    'voc07_svm': (['IN', '--data-root', '.', '--out', 'IN'], '--out IN is the same file as checkpoint IN'),
+    'make_subset': (['--config', 'CFG', '--fraction', '0.5', '--out', 'CFG'],
+                    '--out CFG is the same file as --config CFG'),
+    'publish_model': (['IN', '--name', 'x', '--reproduce', 'y', '--index', 'IN'],
+                      '--index IN is the same file as checkpoint IN'),
+    'analysis/cluster_table': (['IN', '--config', 'CFG', '--out', 'IN'], '--out IN is the same file as CKPT IN'),
+    'analysis/plot_embeddings': (['IN', '--config', 'CFG', '--rounds', ROUNDS, '--out', ROUNDS],
+                                 f'--out {ROUNDS} is the same file as --rounds {ROUNDS}'),
+    'analysis/cluster_quality_curve': (['work', '--out', ROUNDS],
+                                       f'--out {ROUNDS} is the same file as WORK_DIR {ROUNDS}'),
+}
 
 
-@pytest.mark.parametrize('index', range(9))
-def test_tools_refuse_an_output_that_is_an_input(tmp_path, monkeypatch, index):
+@pytest.mark.parametrize('name', OUTPUT_IS_INPUT)
+def test_tools_refuse_an_output_that_is_an_input(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'IN').write_bytes(b'input')
     (tmp_path / 'CFG').write_text('x = 1\n')
-    name, argv, message = _tool_argvs(tmp_path)[index]
-    tool = _tool(name)
+    (tmp_path / ROUNDS).parent.mkdir(parents=True)
+    (tmp_path / ROUNDS).write_bytes(b'round')
+    argv, message = OUTPUT_IS_INPUT[name]
     with pytest.raises(SystemExit, match=f'error: {message}'.replace('.', r'\.')):
-        if name == 'publish_model':  # its parser reads sys.argv
-            monkeypatch.setattr(sys, 'argv', ['publish_model.py', *argv])
-            tool.main()
-        else:
-            tool.main(argv)
+        load_tool(name).main(argv)
     assert (tmp_path / 'IN').read_bytes() == b'input' and (tmp_path / 'CFG').read_text() == 'x = 1\n'
-    assert all(f.read_bytes() == b'round' for f in (tmp_path / 'work').rglob('*.npz'))
+    assert (tmp_path / ROUNDS).read_bytes() == b'round'
 
 
 def test_make_subset_refuses_to_replace_the_list_file_it_reads(tmp_path):
@@ -108,7 +88,7 @@ def test_make_subset_refuses_to_replace_the_list_file_it_reads(tmp_path):
                       "ann_file='list.txt'))\n")
     with pytest.raises(SystemExit, match=r'--out .*list.txt is the same file as '
                                          r'train_dataloader.dataset.ann_file .*list.txt'):
-        _tool('make_subset').make_subset(str(config), 1.0, 0, str(tmp_path / 'list.txt'))
+        load_tool('make_subset').make_subset(str(config), 1.0, 0, str(tmp_path / 'list.txt'))
     assert (tmp_path / 'list.txt').read_text() == 'img/0.png 0\n'
 
 
@@ -255,5 +235,5 @@ def test_knn_tool_refuses_a_class_the_bank_lacks(tmp_path):
     init_default_scope('ifnd')
     with pytest.raises(SystemExit, match=r"error: the kNN queries \(validation split\) have classes the training "
                                          r"split lacks: 'b'"):
-        _tool('knn_eval').main([str(tmp_path / 'ckpt.pth'), '--config', str(config), '--num-workers', '0',
-                                '--device', 'cpu'])
+        load_tool('knn_eval').main([str(tmp_path / 'ckpt.pth'), '--config', str(config), '--num-workers', '0',
+                                    '--device', 'cpu'])
