@@ -10,7 +10,7 @@ import torch
 from helpers import TINY_BACKBONE, TINY_NECK, digits_config, digits_config_file, train_error, train_tool
 from PIL import Image
 
-from ifnd.models.algorithms import SimCLR
+from ifnd.models import SimCLR
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))
 

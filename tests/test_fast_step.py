@@ -59,10 +59,25 @@ def test_compiled_backbone_trains_a_step_with_unchanged_state_dict_keys():
         MODELS.build(dict(TINY_BACKBONE, compile='yes'))
 
 
+def _import_registries() -> None:
+    # Registry lookups log through the current MMLogger, and a logger created while
+    # torch.cuda.is_available is faked fails its device lookup: create it (and let the registries
+    # import their modules) first.
+    from mmengine.logging import MMLogger
+    from mmengine.registry import Registry
+
+    from ifnd import registry
+    MMLogger.get_instance('fast_step_without_cuda')
+    for reg in vars(registry).values():
+        if isinstance(reg, Registry):
+            reg.import_from_location()
+
+
 @pytest.mark.parametrize('bf16,dtype,scaler_enabled', [(True, 'bfloat16', False),
                                                        (False, 'float16', True)])
 def test_amp_picks_bfloat16_without_scaler_when_supported(monkeypatch, tmp_path, bf16, dtype,
                                                           scaler_enabled):
+    _import_registries()
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *a, **k: bf16)
     cfg = cli.runner_config(osp.join(CONFIGS, 'simclr', 'simclr_r18_200e_fmnist.py'),
@@ -89,6 +104,7 @@ def _gpu_recipes() -> list[str]:
 
 @pytest.mark.parametrize('cuda', [False, True], ids=['cpu', 'cuda'])
 def test_gpu_recipes_train_in_bf16_compiled_where_cuda_is_present(monkeypatch, tmp_path, cuda):
+    _import_registries()
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: cuda)
     monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *a, **k: True)
     recipes = _gpu_recipes()

@@ -21,7 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import ifnd.clustering.round as clustering_round
-import ifnd.models.algorithms as algorithms
+import ifnd.models.contrastive as contrastive
+import ifnd.models.moco as moco
 from ifnd.engine import features
 from ifnd.engine.optim import CPUBfloat16OptimWrapper
 from ifnd.registry import MODELS, RUNNERS
@@ -268,8 +269,10 @@ def test_bf16_step_keeps_similarities_logsumexp_and_queue_in_float32(name, monke
 
     encoder, in_loss, enqueued = set(), defaultdict(set), set()
     _record_output_dtypes(bf16.backbone.model.layer4, encoder)
-    loss_fn = 'contrastive_loss_from_candidates' if name == 'IFND' else 'queue_contrastive_loss'
-    _spy(monkeypatch, algorithms, loss_fn, in_loss)
+    # The similarities and the loss over them: both must read float32 only.
+    owner, logits_fn = (contrastive, '_candidate_logits') if name == 'IFND' else (moco, '_queue_logits')
+    _spy(monkeypatch, owner, logits_fn, in_loss)
+    _spy(monkeypatch, owner, 'flagged_loss', in_loss)
     if name == 'IFNDMoCo':
         _record_output_dtypes(bf16.momentum_backbone.model.layer4, encoder)
         enqueue = bf16._enqueue

@@ -292,7 +292,7 @@ def test_ground_truth_oracles_apply_their_equation_to_the_batch_labels(algorithm
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 2])
     data = {'index': torch.arange(8), 'label': labels}
     z1, z2 = model.embed_views(views)
-    loss = model.instance_losses(z1, z2, data)['loss']
+    loss = model.batch_losses(z1, z2, data)['loss']
     # The model's embeddings are float32 (also under autocast); the reference runs in float64.
     expected = reference_contrastive(z1.double(), z2.double(), labels, 0.3, mode)
     torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ from helpers import HostSyncOps, digits_config
 from mmengine.hooks import Hook
 
 from ifnd.hooks import BufferedRuntimeInfoHook
-from ifnd.models.algorithms import SimCLR
+from ifnd.models import SimCLR
 from ifnd.registry import RUNNERS
 
 LOG_INTERVAL = 3

@@ -28,6 +28,9 @@ default_hooks = dict(
     # Each process's BN running statistics averaged at every epoch's end (DDP does not broadcast
     # them), before clustering rounds, kNN and checkpoints read them: a resumed run matches.
     sync_bn_stats=dict(type='SyncBNStatsHook'),
+    # The false-negative detector's per-sample state sized by the training set, and its epoch
+    # (GloFND's start, acceptance schedules); nothing for models without a detector.
+    negative_detector=dict(type='NegativeDetectorHook'),
     # A log file that cannot be written (a full disk) gives one warning, not a traceback per line.
     log_file_errors=dict(type='LogFileErrorHook'),
 )

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ifnd.dist import all_reduce_sum
+from ifnd.models.false_negatives.acceptance import ACCEPTANCE_SCHEMES, acceptance_rate
 
 __all__ = [
     'ACCEPTANCE_SCHEMES',
@@ -25,7 +26,6 @@ __all__ = [
     'accept_labels',
 ]
 
-ACCEPTANCE_SCHEMES = ('constant', 'step', 'linear')
 
 ArrayLike = Union[Tensor, np.ndarray]
 
@@ -123,29 +123,6 @@ def cluster_confidence(concentration: ArrayLike, assignments: ArrayLike) -> Tens
     """PCL-style per-sample confidence ``-φ[assignment]``: tighter clusters are more confident."""
     concentration, assignments = _as_tensor(concentration), _as_tensor(assignments)
     return -concentration[assignments.to(device=concentration.device, dtype=torch.long)]
-
-
-def acceptance_rate(epoch: int,
-                    max_epochs: int,
-                    scheme: str = 'linear',
-                    final_rate: float = 1.0,
-                    step_epoch: int = 0) -> float:
-    """Fraction of pseudo labels to accept at ``epoch``.
-
-    ``'constant'``: ``final_rate``; ``'step'``: 0 before ``step_epoch``, then ``final_rate``;
-    ``'linear'``: ``final_rate * epoch / max_epochs`` clamped to ``[0, final_rate]``.
-    """
-    if scheme not in ACCEPTANCE_SCHEMES:
-        raise ValueError(f'unknown acceptance scheme {scheme!r}; valid: {ACCEPTANCE_SCHEMES}')
-    if not 0.0 <= final_rate <= 1.0:
-        raise ValueError(f'final_rate must be in [0, 1], got {final_rate}')
-    if scheme == 'constant':
-        return float(final_rate)
-    if scheme == 'step':
-        return 0.0 if epoch < step_epoch else float(final_rate)
-    if max_epochs <= 0:
-        raise ValueError(f'max_epochs must be positive for the linear scheme, got {max_epochs}')
-    return float(min(max(final_rate * epoch / max_epochs, 0.0), final_rate))
 
 
 def accept_labels(assignments: ArrayLike, confidence: ArrayLike,

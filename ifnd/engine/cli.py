@@ -308,7 +308,7 @@ RUNNER_CONFIG_KEYS = ('runner_type', 'custom_imports', 'model_wrapper_cfg', 'fin
 # config's own variables start with '_' (e.g. _lr = 0.1); any other top-level key must be read.
 SHARED_CONFIG_KEYS = ('data_root', 'data', 'mean', 'std', 'view', 'train_pipeline', 'eval_pipeline',
                       'val_dataset', 'knn_hook', 'pseudo_label_hook', 'fn_detection_hook',
-                      'support_views', 'vis_backends')
+                      'support_views', 'glofnd', 'vis_backends')
 
 
 def check_top_level_keys(cfg: Config) -> None:

@@ -51,8 +51,11 @@ def check_state_fits(model: torch.nn.Module, state: dict, filename: str) -> None
     """Raise ``ValueError`` naming the differences when a state dict was written for another model."""
     state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
     target = model.state_dict()
-    # The pseudo-label bank is sized by the data set and takes the stored shapes when loading.
-    resizable = {k for k in target if '.label_bank.' in f'.{k}'}
+    # Per-sample state (the pseudo-label bank, GloFND's thresholds) is sized by the data set and
+    # takes the stored shapes when loading.
+    resizable = {f'{name}.{key}' if name else key for name, module in model.named_modules()
+                 if getattr(module, 'sized_by_data', False)
+                 for key, _ in module.named_buffers(recurse=False)}
     missing = sorted(set(target) - set(state))
     unexpected = sorted(set(state) - set(target))
     mismatched = sorted(f'{k} {tuple(state[k].shape)} vs {tuple(target[k].shape)}'

@@ -1,6 +1,9 @@
 """Models: backbones, necks, losses and algorithms."""
-from .algorithms import (FNC, IFND, PCL, ContrastiveAlgorithm, DebiasedCL, DebiasedMoCo, HardNegativeCL,
-                         HardNegativeMoCo, IFNDMoCo, MoCoV2, OracleElim, PseudoLabelBank, SimCLR, SupCon)
+from .contrastive import ContrastiveAlgorithm, SimCLR
+from .false_negatives import GloFND, GroundTruth, PseudoLabelBank, PseudoLabels, SupportViews
+from .moco import MoCoV2
+from .presets import (FNC, IFND, PCL, DebiasedCL, DebiasedMoCo, HardNegativeCL, HardNegativeMoCo,
+                      IFNDMoCo, OracleElim, SupCon)
 from .backbones import TimmBackbone
 from .data_preprocessor import ContrastiveDataPreprocessor
 from .encoder import Encoder, load_backbone_weights, load_encoder
@@ -11,6 +14,7 @@ from .classifier import ImageClassifier
 __all__ = [
     'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'OracleElim', 'PCL', 'MoCoV2', 'IFNDMoCo', 'PseudoLabelBank',
     'DebiasedCL', 'HardNegativeCL', 'DebiasedMoCo', 'HardNegativeMoCo', 'FNC',
+    'PseudoLabels', 'SupportViews', 'GloFND', 'GroundTruth',
     'TimmBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss', 'masked_info_nce',
     'queue_contrastive_loss', 'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
     'ImageClassifier',

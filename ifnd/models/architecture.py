@@ -38,6 +38,12 @@ def _size(value: Any) -> int:
     return value
 
 
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
+        raise _Refused(f'is not a whole number from 0 to {MAX_SIZE}')
+    return value
+
+
 def _sizes(value: Any) -> tuple:
     if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 16:
         raise _Refused('is not a list of 1 to 16 whole numbers')
@@ -100,8 +106,18 @@ BACKBONE_KEYS = dict(type=_registered('TimmBackbone'), model_name=_timm_name, ci
 NECK_KEYS = dict(type=_registered('MLPNeck'), in_dim=_size, hidden_dim=_size, out_dim=_size,
                  num_layers=_size, with_bn=_flag, with_last_bn=_flag)
 PREPROCESSOR_KEYS = dict(type=_registered('ContrastiveDataPreprocessor'), mean=_reals, std=_reals)
+# The false-negative parts hold no weights but may hold per-sample state (GloFND's thresholds),
+# which a checkpoint's weights carry: kept so those weights load.
+ACCEPTANCE_KEYS = dict(scheme=_name, final_rate=_real, step_epoch=_count, interval=_size,
+                       seed=_count)
+DETECTOR_KEYS = dict(type=_registered('FalseNegativeDetector'), alpha=_real, start_epoch=_count,
+                     lr=_real, betas=_reals, eps=_real, num_support_views=_size,
+                     top_k=_optional(_size), threshold=_optional(_real), aggregation=_name,
+                     acceptance=ACCEPTANCE_KEYS)
+WEIGHTING_KEYS = dict(type=_name, tau_plus=_real, beta=_real)
 # The algorithm (or Encoder, or linear classifier): its parts, the loss's settings, sizes.
 MODEL_KEYS = dict(
+    detector=DETECTOR_KEYS, treatment=_optional(_name), weighting=WEIGHTING_KEYS,
     type=_registered('ContrastiveAlgorithm', 'Encoder', 'ImageClassifier'),
     backbone=BACKBONE_KEYS, neck=NECK_KEYS, data_preprocessor=PREPROCESSOR_KEYS,
     temperature=_real, loss_mode=_name, label_source=_name, queue_len=_size, momentum=_real,

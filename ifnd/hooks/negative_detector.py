@@ -1,0 +1,39 @@
+"""Tells the model's false-negative detector the training set's size and the epoch."""
+import numpy as np
+import torch
+from mmengine.hooks import Hook
+
+from ifnd.engine.features import unwrap_model
+from ifnd.registry import HOOKS
+
+
+@HOOKS.register_module()
+class NegativeDetectorHook(Hook):
+    """Sets up the detector's per-sample state before training and its epoch before each epoch.
+
+    GloFND sizes its thresholds by the training set and starts at its ``start_epoch``; an
+    acceptance schedule draws its sample order and follows the epochs; the ground-truth detector
+    gets the training set's labels (for MoCo's queued keys). A checkpoint's state,
+    loaded before ``before_train``, is kept. Models without a detector are left alone, so the
+    hook sits in every config's ``default_hooks``.
+    """
+
+    priority = 'ABOVE_NORMAL'  # before PseudoLabelHook and the detection counts
+
+    def before_train(self, runner) -> None:
+        """Size the detector's state for the training set."""
+        detector = getattr(unwrap_model(runner.model), 'detector', None)
+        if detector is None:
+            return
+        device = next(unwrap_model(runner.model).parameters()).device
+        dataset = runner.train_dataloader.dataset
+        detector.setup(len(dataset), runner.max_epochs, device)
+        labels = getattr(dataset, 'labels', None)
+        if hasattr(detector, 'set_classes') and labels is not None:
+            detector.set_classes(torch.as_tensor(np.asarray(labels), dtype=torch.long, device=device))
+
+    def before_train_epoch(self, runner) -> None:
+        """The epoch about to start."""
+        detector = getattr(unwrap_model(runner.model), 'detector', None)
+        if detector is not None:
+            detector.set_epoch(runner.epoch)

@@ -1,0 +1,245 @@
+"""One contrastive algorithm assembled from parts, and its batch form, SimCLR.
+
+:class:`ContrastiveAlgorithm` holds the encoder (backbone f, projection head g) and the
+false-negative parts: a ``detector`` (``dict(type='PseudoLabels')`` for IFND, ``'SupportViews'``
+for FNC, ``'GloFND'``, ``'GroundTruth'`` for the oracles; see ``false_negatives/``), a
+``treatment`` of what it flags (``'elim'``, ``'attr'``) and a ``weighting`` of the negatives that
+remain (``dict(type='debiased', tau_plus=...)``, ``dict(type='hard', tau_plus=..., beta=...)``).
+:class:`SimCLR` takes its negatives from the batch's views; ``moco.py`` from a queue. The named
+methods (IFND, SupCon, FNC, ...) are presets of these parts (``presets.py``).
+"""
+import torch
+import torch.nn.functional as F
+from mmengine.dist import get_dist_info
+from mmengine.model import BaseModel
+
+from ifnd.dist import gather_no_grad, gather_with_grad
+from ifnd.models.false_negatives import (NegativeBatch, PseudoLabelBank, PseudoLabels,
+                                         build_weighting, check_parts, flagged_loss)
+from ifnd.models.losses import (_candidate_logits, _check_candidates,
+                                false_negative_detection_counts)
+from ifnd.registry import MODELS
+
+# The parts' former spelling, which configs and checkpoints still use: a label source and a mode.
+LABEL_SOURCES = {'none': None, 'pseudo': 'PseudoLabels', 'ground_truth': 'GroundTruth'}
+LOSS_MODES = ('inst', 'elim', 'attr')
+
+
+def parts_from_modes(loss_mode: str | None, label_source: str | None, detector: dict | None,
+                     treatment: str | None) -> tuple[dict | None, str | None, bool]:
+    """(detector, treatment, keeps_label_bank) from either the parts or ``loss_mode``/``label_source``."""
+    if loss_mode is None and label_source is None:
+        return detector, treatment, False
+    if detector is not None or treatment is not None:
+        raise ValueError('give the false-negative parts either as detector=/treatment= or as '
+                         'loss_mode=/label_source=, not both')
+    loss_mode, label_source = loss_mode or 'inst', label_source or 'none'
+    if label_source not in LABEL_SOURCES:
+        raise ValueError(f'label_source must be one of {tuple(LABEL_SOURCES)}, got {label_source!r}')
+    if loss_mode not in LOSS_MODES:
+        raise ValueError(f'unknown contrastive loss mode {loss_mode!r}; valid modes are {LOSS_MODES}')
+    if label_source == 'none' and loss_mode != 'inst':
+        raise ValueError(f"loss_mode={loss_mode!r} needs labels: set label_source='pseudo' "
+                         "(IFND) or 'ground_truth' (SupCon)")
+    if loss_mode == 'inst':  # labels held (PCL's prototypes) but no negative flagged
+        return None, None, label_source == 'pseudo'
+    return dict(type=LABEL_SOURCES[label_source]), loss_mode, label_source == 'pseudo'
+
+
+class ContrastiveAlgorithm(BaseModel):
+    """Backbone f, projection head g, and the detector, treatment and weighting of negatives."""
+
+    uses_prototypes = False  # whether the loss needs cluster centroids and concentrations
+    records_detection = False  # whether the loss step counts its flagged false negatives
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float,
+                 detector: dict | None = None, treatment: str | None = None,
+                 weighting: dict | None = None, loss_mode: str | None = None,
+                 label_source: str | None = None, data_preprocessor: dict | None = None,
+                 init_cfg: dict | None = None) -> None:
+        # Built here, in this scope, so the model also builds without init_default_scope('ifnd').
+        data_preprocessor = MODELS.build(data_preprocessor or dict(type='ContrastiveDataPreprocessor'))
+        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        detector, treatment, keeps_bank = parts_from_modes(loss_mode, label_source, detector,
+                                                           treatment)
+        check_parts(detector, treatment, weighting)
+        self.weighting = build_weighting(weighting)
+        self.treatment = treatment
+        self.backbone = MODELS.build(backbone)
+        neck = dict(neck)
+        neck.setdefault('in_dim', self.backbone.out_dim)
+        self.neck = MODELS.build(neck)
+        self.temperature = temperature
+        self.detector = None if detector is None else MODELS.build(detector)
+        if isinstance(self.detector, PseudoLabels) or keeps_bank or self.uses_prototypes:
+            self.label_bank = PseudoLabelBank()
+        if isinstance(self.detector, PseudoLabels):
+            self.detector.attach(self.label_bank)
+        # Counts [levels, 3] of the negatives the loss flags, summed on the device while
+        # FalseNegativeDetectionHook sets ``track_detection``. A plain attribute, not a buffer:
+        # DDP would overwrite every rank's counts with rank 0's at each forward.
+        self.track_detection = False
+        self.detection_counts: torch.Tensor | None = None
+
+    @property
+    def loss_mode(self) -> str:
+        """The treatment as the former loss mode ('inst' when nothing is treated)."""
+        return self.treatment or 'inst'
+
+    @property
+    def label_source(self) -> str:
+        """Where labels come from: 'pseudo' (a label bank), 'ground_truth' or 'none'."""
+        if hasattr(self, 'label_bank'):
+            return 'pseudo'
+        return 'ground_truth' if getattr(self.detector, 'needs_classes', False) else 'none'
+
+    def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Backbone features f(x)."""
+        return self.backbone(inputs)
+
+    def embed(self, inputs: torch.Tensor) -> torch.Tensor:
+        """L2-normalised embeddings z = g(f(x)), in float32 also under autocast."""
+        return F.normalize(self.neck(self.backbone(inputs)).float(), dim=1)
+
+    @torch.no_grad()
+    def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
+        """Features used for clustering: normalised embeddings z or backbone features f."""
+        if feature == 'z':
+            return self.embed(inputs)
+        if feature == 'f':
+            return F.normalize(self.extract_feat(inputs).float(), dim=1)
+        raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
+
+    def forward(self, inputs, data_samples: dict | None = None, mode: str = 'tensor'):
+        """mmengine entry point: 'loss' for training, 'tensor'/'predict' for features."""
+        if mode == 'loss':
+            return self.loss(inputs, data_samples or {})
+        views = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+        if mode == 'tensor':
+            return self.extract_feat(views)
+        if mode == 'predict':
+            return self.clustering_features(views, 'f')
+        raise ValueError(f"mode must be 'loss', 'tensor' or 'predict', got {mode!r}")
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """Loss dict for a batch of views."""
+        raise NotImplementedError
+
+    def _check_views(self, inputs: list[torch.Tensor]) -> None:
+        support = getattr(self.detector, 'support_views', 0)
+        if support and len(inputs) != 2 + support:
+            raise ValueError(f'{type(self.detector).__name__} with num_support_views={support} '
+                             f'needs {2 + support} views per image (2 + S), the pipeline gave '
+                             f'{len(inputs)}: set num_views={2 + support} in the MultiView of '
+                             'train_dataloader.dataset.pipeline (or num_support_views to match)')
+        if len(inputs) < 2:
+            raise ValueError(f'{type(self).__name__} needs two views per image; the pipeline gave '
+                             f'{len(inputs)}: use MultiView(num_views=2)')
+
+    def _sample_index(self, data_samples: dict, num: int, device: torch.device) -> torch.Tensor | None:
+        """The batch's sample indices; required by detectors with per-sample state."""
+        index = data_samples.get('index')
+        if index is None and self.detector is not None and self.detector.needs_index:
+            raise ValueError(f"{type(self.detector).__name__} keeps per-sample state and needs "
+                             "data_samples['index'] (the data sets of ifnd give it)")
+        return None if index is None else index.to(device)
+
+    def _classes(self, data_samples: dict) -> torch.Tensor | None:
+        classes = data_samples.get('label')
+        if classes is None and getattr(self.detector, 'needs_classes', False):
+            raise ValueError('the GroundTruth detector (SupCon, OracleElim) needs a data set with '
+                             'labels: every training image needs its class')
+        return classes
+
+    def _record_detection(self, flags: torch.Tensor | None, batch: NegativeBatch) -> None:
+        """Add the batch's detection counts (ground truth: its classes) when tracked."""
+        if not self.track_detection or batch.anchor_classes is None:
+            return
+        levels = 1 if self.detector is None else self.detector.levels
+        counts = false_negative_detection_counts(flags, batch.negatives, batch.anchor_classes,
+                                                 batch.candidate_classes, levels)
+        held = self.detection_counts
+        if held is None or held.shape != counts.shape or held.device != counts.device:
+            self.detection_counts = counts
+        else:
+            held += counts
+
+
+@MODELS.register_module()
+class SimCLR(ContrastiveAlgorithm):
+    """The batch form: 2M views per batch, every other view a candidate, gathered across ranks."""
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.1, **kwargs) -> None:
+        super().__init__(backbone, neck, temperature, **kwargs)
+        # A weighting alone flags nothing (its correction is in expectation): nothing to count.
+        self.records_detection = self.detector is not None or self.weighting is None
+
+    def embed_views(self, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings of the two views, encoded as one batch of 2M (BN sees both views)."""
+        self._check_views(inputs)
+        z1, z2 = self.embed(torch.cat(inputs[:2])).chunk(2)
+        return z1, z2
+
+    @torch.no_grad()
+    def support_embeddings(self, inputs: list[torch.Tensor], num: int) -> torch.Tensor | None:
+        """Support views ``[M, S, D]`` (FNC): no gradient, one forward of their own."""
+        support = getattr(self.detector, 'support_views', 0)
+        if not support:
+            return None
+        # Their BN statistics are their own batch's, as a separate crop group.
+        return self.embed(torch.cat(inputs[2:])).view(support, num, -1).transpose(0, 1)
+
+    def gathered_views(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Local anchors ``cat([z1, z2])``, the views of all ranks ``cat([z1s, z2s])`` (with
+        gradients), and each anchor's positive and own row among them."""
+        num = z1.shape[0]
+        rank, world_size = get_dist_info()
+        total = num * world_size
+        candidates = torch.cat([gather_with_grad(z1), gather_with_grad(z2)])
+        own = torch.arange(num, device=z1.device) + rank * num
+        return (torch.cat([z1, z2]), candidates, torch.cat([own + total, own]),
+                torch.cat([own, own + total]))
+
+    def negative_batch(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict,
+                       support: torch.Tensor | None = None) -> tuple[NegativeBatch, torch.Tensor,
+                                                                     torch.Tensor]:
+        """The detectors' view of the batch, and each anchor's positive and own column."""
+        anchors, candidates, positive_index, self_index = self.gathered_views(z1, z2)
+        num, device = z1.shape[0], z1.device
+        columns = torch.arange(candidates.shape[0], device=device).unsqueeze(0)
+        negatives = (columns != positive_index.unsqueeze(1)) & (columns != self_index.unsqueeze(1))
+        index = self._sample_index(data_samples, num, device)
+        classes = self._classes(data_samples)
+        rank, _ = get_dist_info()
+        batch = NegativeBatch(
+            anchors=anchors, candidates=candidates, negatives=negatives,
+            anchor_index=None if index is None else index.repeat(2),
+            candidate_index=None if index is None else gather_no_grad(index).repeat(2),
+            anchor_classes=None if classes is None else classes.repeat(2),
+            candidate_classes=None if classes is None else gather_no_grad(classes).repeat(2),
+            views=2, support=support, own_image=torch.arange(num, device=device) + rank * num)
+        return batch, positive_index, self_index
+
+    def batch_losses(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict,
+                     support: torch.Tensor | None = None) -> dict:
+        """The contrastive loss of the 2M local views against the views of all ranks."""
+        batch, positive_index, self_index = self.negative_batch(z1, z2, data_samples, support)
+        anchors, candidates = batch.anchors, batch.candidates
+        if self.weighting is not None and candidates.shape[0] < 3:
+            raise ValueError(f'{type(self).__name__} needs at least 2 images per batch (over all '
+                             'processes) to have a negative; raise train_dataloader.batch_size')
+        flags = None if self.detector is None else self.detector(batch)
+        _check_candidates(anchors, candidates, positive_index, self_index, self.temperature)
+        with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
+            logits, excluded, positive_index = _candidate_logits(
+                anchors, candidates, positive_index, self_index, self.temperature)
+            per_anchor = flagged_loss(logits, positive_index, excluded, flags, self.treatment,
+                                      self.weighting, self.temperature)
+        self._record_detection(flags, batch)
+        logged = {} if self.detector is None else self.detector.log_vars(batch)
+        return {'loss': per_anchor.mean(), **logged}
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """The contrastive loss of a batch, with its detector's flags treated."""
+        z1, z2 = self.embed_views(inputs)
+        return self.batch_losses(z1, z2, data_samples, self.support_embeddings(inputs, z1.shape[0]))

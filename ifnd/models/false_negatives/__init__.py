@@ -1,0 +1,25 @@
+"""False-negative handling as parts: detectors flag, treatments and weightings act on the flags.
+
+- ``label_bank.py``: IFND's per-sample pseudo labels, filled by ``PseudoLabelHook``.
+- ``detector.py``: the batch a detector sees and the base of all detectors.
+- ``pseudo_labels.py`` (IFND), ``support_views.py`` (FNC), ``glofnd.py`` (GloFND),
+  ``ground_truth.py`` (the oracles): one detector each.
+- ``acceptance.py``: acceptance schedules, IFND's rate and a random-order schedule for any detector.
+- ``treatment.py``: elimination and attraction of flagged negatives; debiased and hard weighting
+  of the rest.
+"""
+from .acceptance import ACCEPTANCE_SCHEMES, AcceptanceSchedule, acceptance_rate
+from .detector import FalseNegativeDetector, NegativeBatch
+from .glofnd import GloFND
+from .ground_truth import GroundTruth
+from .label_bank import PseudoLabelBank
+from .pseudo_labels import PseudoLabels
+from .sample_state import PerSampleState
+from .support_views import SupportViews
+from .treatment import TREATMENTS, WEIGHTINGS, build_weighting, check_parts, flagged_loss
+
+__all__ = [
+    'ACCEPTANCE_SCHEMES', 'AcceptanceSchedule', 'acceptance_rate', 'FalseNegativeDetector',
+    'NegativeBatch', 'GloFND', 'GroundTruth', 'PseudoLabelBank', 'PseudoLabels', 'PerSampleState',
+    'SupportViews', 'TREATMENTS', 'WEIGHTINGS', 'build_weighting', 'check_parts', 'flagged_loss',
+]

@@ -1,0 +1,102 @@
+"""What every false-negative detector shares: the batch it sees and the flags it returns.
+
+A detector looks at a step's anchors and candidates and flags, per anchor, the candidates it takes
+for false negatives (negatives of the anchor's own class); a treatment (``treatment.py``) then
+eliminates or attracts them. Detectors are registered in ``MODELS`` and built from the
+algorithm's ``detector=dict(type=...)``.
+"""
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .acceptance import AcceptanceSchedule
+
+
+@dataclass
+class NegativeBatch:
+    """One step's anchors and candidates, as a detector sees them.
+
+    ``anchors`` [A, D] and ``candidates`` [C, D] are L2-normalised embeddings (SimCLR: the
+    local views ``cat([z1, z2])`` and the views of all ranks; MoCo: the queries and the queue).
+    ``negatives`` [A, C] marks each anchor's negatives (not itself, not its positive).
+    ``anchor_index`` / ``candidate_index``: sample indices (-1: unknown, MoCo's initial queue
+    rows); ``anchor_classes`` / ``candidate_classes``: ground-truth classes when the data has
+    them (-1 unknown), else None. ``views``: anchors are ``views`` blocks of the same images.
+    ``support`` [M, S, D]: the anchor images' support views (FNC), else None.
+    """
+
+    anchors: torch.Tensor
+    candidates: torch.Tensor
+    negatives: torch.Tensor
+    anchor_index: torch.Tensor | None
+    candidate_index: torch.Tensor | None
+    anchor_classes: torch.Tensor | None = None
+    candidate_classes: torch.Tensor | None = None
+    views: int = 1
+    support: torch.Tensor | None = None
+    own_image: torch.Tensor | None = None  # each local image's column among the candidate images
+
+
+class FalseNegativeDetector(nn.Module):
+    """Base of the detectors: flags ``[L, A, C]`` (L levels) or None before anything is flagged.
+
+    ``acceptance``: an :class:`AcceptanceSchedule` config (``dict(scheme='linear')``); a flag then
+    counts only between two accepted samples. ``setup`` and ``set_epoch`` are called by
+    :class:`ifnd.hooks.NegativeDetectorHook` before training and before each epoch.
+    """
+
+    needs_classes = False  # reads the ground-truth classes (an oracle)
+    needs_index = False  # reads sample indices (per-sample state)
+    support_views = 0  # extra views per image, embedded without gradient
+    batch_only = False  # flags only among the batch's views (not MoCo's queue)
+    levels = 1
+
+    def __init__(self, acceptance: dict | None = None) -> None:
+        super().__init__()
+        self.acceptance = None if acceptance is None else AcceptanceSchedule(**acceptance)
+        self.epoch = 0
+        self.max_epochs = 0
+        self.num_samples = 0
+
+    def setup(self, num_samples: int, max_epochs: int, device: torch.device) -> None:
+        """Size per-sample state for ``num_samples`` training samples."""
+        self.num_samples, self.max_epochs = num_samples, max_epochs
+        if self.acceptance is not None:
+            self.acceptance.setup(num_samples, device)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch about to start (epochs done)."""
+        self.epoch = epoch
+        if self.acceptance is not None:
+            self.acceptance.set_epoch(epoch, self.max_epochs)
+
+    def check_ready(self) -> None:
+        """Refuse a step before the hook set the detector up, naming the fix."""
+        if self.acceptance is not None and not self.acceptance.ready or \
+                self.needs_index and self.num_samples == 0:
+            raise RuntimeError(f'{type(self).__name__} was not set up: add '
+                               "dict(type='NegativeDetectorHook') to default_hooks (it is in "
+                               'configs/_base_/default_runtime.py) or call detector.setup()')
+
+    def forward(self, batch: NegativeBatch) -> torch.Tensor | None:
+        """Flags ``[L, A, C]`` of the batch, or None where nothing can be flagged yet."""
+        self.check_ready()
+        if self.acceptance is not None and not self.acceptance.any_accepted:
+            return None
+        flags = self.flags(batch)
+        if flags is None or self.acceptance is None:
+            return flags
+        accepted_anchor = self.acceptance.accepted(batch.anchor_index)
+        accepted_candidate = self.acceptance.accepted(batch.candidate_index)
+        return flags & (accepted_anchor.unsqueeze(1) & accepted_candidate.unsqueeze(0))
+
+    def flags(self, batch: NegativeBatch) -> torch.Tensor | None:
+        """The detector's own flags, before acceptance."""
+        raise NotImplementedError
+
+    def log_vars(self, batch: NegativeBatch) -> dict:
+        """Scalars to log with the loss (not optimised)."""
+        if self.acceptance is None:
+            return {}
+        return {'accepted': self.acceptance.accepted(batch.anchor_index).float().mean()}

@@ -1,0 +1,85 @@
+"""IFND's pseudo-label bank: per-sample cluster ids at every level, saved with the model."""
+from typing import Sequence
+
+import torch
+
+from .sample_state import PerSampleState
+
+
+class PseudoLabelBank(PerSampleState):
+    """Pseudo labels ``[levels, N]`` indexed by sample index, saved with the model.
+
+    Unaccepted samples carry the unique label ``-(index + 1)``, which never equals a cluster id.
+    PCL also keeps each level's centroids and concentrations (padded to the largest k).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer('labels', torch.empty(0, 0, dtype=torch.long))
+        self.register_buffer('num_clusters', torch.empty(0, dtype=torch.long))
+        self.register_buffer('centroids', torch.empty(0, 0, 0))
+        self.register_buffer('concentration', torch.empty(0, 0))
+        # Host-side copies, refreshed whenever the buffers change (once per clustering round), so
+        # the training step reads them without a device sync.
+        self.any_accepted = False
+        self.cluster_counts: list[int] = []
+        # Bumped whenever the labels change, so copies of them (MoCo's queue labels) know,
+        # host-side, when to refresh.
+        self.version = 0
+
+    def _refresh_host_state(self) -> None:
+        self.any_accepted = bool((self.labels >= 0).any()) if self.labels.numel() else False
+        self.cluster_counts = self.num_clusters.tolist()
+        self.version += 1
+
+    @property
+    def num_levels(self) -> int:
+        """Number of clustering levels held (0 before the first reset)."""
+        return self.labels.shape[0]
+
+    @property
+    def num_samples(self) -> int:
+        """Number of samples the labels are indexed by."""
+        return self.labels.shape[1]
+
+    def reset(self, num_levels: int, num_samples: int) -> None:
+        """Give every sample its own label at every level (pure instance discrimination)."""
+        unique = -(torch.arange(num_samples, device=self.labels.device) + 1)
+        self.labels = unique.repeat(num_levels, 1)
+        self.num_clusters = torch.zeros(num_levels, dtype=torch.long, device=self.labels.device)
+        self.centroids = torch.empty(0, 0, 0, device=self.labels.device)
+        self.concentration = torch.empty(0, 0, device=self.labels.device)
+        self._refresh_host_state()
+
+    def update(self, labels: torch.Tensor, centroids: Sequence[torch.Tensor] | None = None,
+               concentration: Sequence[torch.Tensor] | None = None) -> None:
+        """Replace the labels ``[levels, N]`` (and, for PCL, centroids and concentrations)."""
+        device = self.labels.device
+        self.labels = labels.to(device=device, dtype=torch.long).clone()
+        if centroids is not None:
+            ks = [c.shape[0] for c in centroids]
+            padded = torch.zeros(len(ks), max(ks), centroids[0].shape[1], device=device)
+            conc = torch.ones(len(ks), max(ks), device=device)
+            for level, c in enumerate(centroids):
+                padded[level, :ks[level]] = c.to(device)
+                if concentration is not None:
+                    conc[level, :ks[level]] = concentration[level].to(device)
+            self.centroids, self.concentration = padded, conc
+            self.num_clusters = torch.tensor(ks, dtype=torch.long, device=device)
+        self._refresh_host_state()
+
+    def lookup(self, index: torch.Tensor) -> torch.Tensor:
+        """Labels ``[levels, len(index)]`` of the given samples."""
+        if self.num_levels == 0:
+            raise RuntimeError('The pseudo-label bank is empty: add PseudoLabelHook to '
+                               "custom_hooks (see configs/ifnd/) so it is filled before training")
+        # Checked on the device: no host sync in the training step (on a GPU a failure surfaces as
+        # a device-side assert carrying this message).
+        torch._assert_async(index.max() < self.num_samples,
+                            f'a sample index is outside the bank of {self.num_samples} samples; '
+                            'the bank was built for another dataset')
+        return self.labels[:, index]
+
+    def after_load(self) -> None:
+        """Refresh the host-side copies from the loaded labels."""
+        self._refresh_host_state()

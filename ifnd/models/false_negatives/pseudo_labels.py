@@ -1,0 +1,62 @@
+"""IFND's detector: candidates sharing the anchor's accepted pseudo label, at every level.
+
+The labels come from the algorithm's :class:`PseudoLabelBank`, filled by ``PseudoLabelHook``
+(clustering, κ, acceptance of the most confident ⌈r·N⌉); an unaccepted sample carries a label of
+its own, so it flags nothing and is flagged by nothing.
+"""
+import torch
+
+from ifnd.registry import MODELS
+
+from .detector import FalseNegativeDetector, NegativeBatch
+from .label_bank import PseudoLabelBank
+
+
+@MODELS.register_module()
+class PseudoLabels(FalseNegativeDetector):
+    """Flags the candidates whose pseudo label equals the anchor's, per clustering level."""
+
+    needs_index = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bank: tuple[PseudoLabelBank, ...] = ()  # the algorithm's; a tuple: not a child
+
+    def attach(self, bank: PseudoLabelBank) -> None:
+        """Read labels from ``bank`` (owned, saved and filled through the algorithm)."""
+        self._bank = (bank,)
+
+    @property
+    def bank(self) -> PseudoLabelBank:
+        """The label bank this detector reads."""
+        return self._bank[0]
+
+    @property
+    def levels(self) -> int:
+        return max(self.bank.num_levels, 1)
+
+    def check_ready(self) -> None:
+        """The bank's own lookup names the missing hook."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Acceptance is the PseudoLabelHook's, per round."""
+        self.epoch = epoch
+
+    def labels(self, index: torch.Tensor) -> torch.Tensor:
+        """Labels ``[L, n]``; unknown samples (-1) get labels no other sample or column has."""
+        bank = self.bank
+        known = index >= 0
+        labels = bank.lookup(torch.where(known, index, 0))
+        column = torch.arange(len(index), device=index.device)
+        return torch.where(known, labels, -(bank.num_samples + 1 + column))
+
+    def flags(self, batch: NegativeBatch) -> torch.Tensor | None:
+        """Same-label candidates ``[L, A, C]``; None while no label is accepted (no masks built)."""
+        if not self.bank.any_accepted:
+            return None
+        anchor, candidate = self.labels(batch.anchor_index), self.labels(batch.candidate_index)
+        return anchor.unsqueeze(2) == candidate.unsqueeze(1)
+
+    def log_vars(self, batch: NegativeBatch) -> dict:
+        """The share of the batch's anchors that carry an accepted pseudo label."""
+        return {'accepted': (self.labels(batch.anchor_index) >= 0).float().mean().detach()}

@@ -1,0 +1,49 @@
+"""FNC's detector (Huynh et al., WACV 2022): false negatives found through support views.
+
+Each image comes with S extra views embedded without gradient; the other images of the batch
+(over all ranks) are scored by the cosine of the anchor's support views with their two views,
+aggregated by ``'mean'`` or ``'max'``; the ``top_k`` best-scored images, or those above
+``threshold``, are flagged, both views alike.
+"""
+import torch
+
+from ifnd.models.losses import _check_fnc_selection, fnc_false_negatives
+from ifnd.registry import MODELS
+
+from .detector import FalseNegativeDetector, NegativeBatch
+
+
+@MODELS.register_module()
+class SupportViews(FalseNegativeDetector):
+    """Flags each anchor image's ``top_k`` (or above-``threshold``) images by support views."""
+
+    batch_only = True  # scores the two views of candidate images: MoCo's queued keys have one
+
+    def __init__(self, num_support_views: int = 2, top_k: int | None = 5,
+                 threshold: float | None = None, aggregation: str = 'mean',
+                 acceptance: dict | None = None) -> None:
+        super().__init__(acceptance)
+        _check_fnc_selection(top_k, threshold, aggregation)
+        if not isinstance(num_support_views, int) or num_support_views < 1:
+            raise ValueError(f'FNC needs num_support_views S >= 1 (it finds false negatives with '
+                             f'them), got {num_support_views!r}; give the training pipeline '
+                             'MultiView(num_views=2 + S)')
+        self.needs_index = acceptance is not None
+        self.support_views = num_support_views
+        self.top_k, self.threshold, self.aggregation = top_k, threshold, aggregation
+        self._flagged_per_image: torch.Tensor | None = None
+
+    def flags(self, batch: NegativeBatch) -> torch.Tensor:
+        """Image-wise flags ``[1, A, C]`` (both views of anchor and candidate images)."""
+        dim = batch.candidates.shape[1]
+        images = fnc_false_negatives(batch.support, batch.candidates.detach().view(2, -1, dim),
+                                     batch.own_image, self.top_k, self.threshold, self.aggregation)
+        self._flagged_per_image = images.sum(dim=1).float().mean()
+        return images.repeat(2, 2).unsqueeze(0)
+
+    def log_vars(self, batch: NegativeBatch) -> dict:
+        """With a threshold: how many images it flags per anchor image."""
+        logged = super().log_vars(batch)
+        if self.threshold is not None and self._flagged_per_image is not None:
+            logged['flagged'] = self._flagged_per_image
+        return logged

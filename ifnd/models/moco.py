@@ -1,0 +1,159 @@
+"""The queue form, MoCo v2: a momentum key encoder, a queue of negatives and shuffled BN.
+
+The queue keeps each key's sample index, so detectors with per-sample state (IFND's pseudo
+labels, GloFND's thresholds) flag queued keys as they flag the batch's views.
+"""
+import copy
+
+import torch
+import torch.nn.functional as F
+from mmengine.dist import broadcast, get_dist_info
+from torch import nn
+
+from ifnd.dist import gather_no_grad
+from ifnd.models.contrastive import ContrastiveAlgorithm
+from ifnd.models.false_negatives import NegativeBatch, flagged_loss
+from ifnd.models.losses import _queue_logits, queue_debiased_loss
+from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
+from ifnd.registry import MODELS
+
+
+@MODELS.register_module()
+class MoCoV2(ContrastiveAlgorithm):
+    """MoCo v2: momentum key encoder, a queue of negatives, and batch shuffling for BN.
+
+    Across ranks keys are shuffled between processes as in MoCo. In one process the shuffled
+    key batch is encoded with ``bn_splits`` groups of BN statistics (the key encoder's BN layers
+    are :class:`SplitBatchNorm`, one forward pass), so each group sees a different sub-batch and
+    the query cannot cheat through batch statistics, as with several GPUs.
+    """
+
+    def __init__(self, backbone: dict, neck: dict, queue_len: int = 65536, momentum: float = 0.999,
+                 temperature: float = 0.2, bn_splits: int = 8, **kwargs) -> None:
+        super().__init__(backbone, neck, temperature, **kwargs)
+        if getattr(self.detector, 'batch_only', False):
+            raise ValueError(f'the {type(self.detector).__name__} detector scores both views of '
+                             "each candidate image, and MoCo's queue keeps one: use it on the "
+                             "SimCLR base (type='SimCLR'), or detector=dict(type='PseudoLabels'), "
+                             "'GloFND' or 'GroundTruth' here")
+        self.momentum = momentum
+        self.bn_splits = bn_splits
+        # Split BN only in the key encoder: same parameters and state-dict keys, plain BN unless
+        # _shuffled_keys asks for groups.
+        self.momentum_backbone = convert_split_batchnorm(copy.deepcopy(self.backbone))
+        self.momentum_neck = convert_split_batchnorm(copy.deepcopy(self.neck))
+        for param in self._key_params():
+            param.requires_grad_(False)
+        dim = self.neck.out_dim
+        self.register_buffer('queue', F.normalize(torch.randn(queue_len, dim), dim=1))
+        # Sample index of each key; -1 for the initial random rows.
+        self.register_buffer('queue_index', torch.full((queue_len,), -1, dtype=torch.long))
+        self.register_buffer('queue_ptr', torch.zeros((), dtype=torch.long))
+
+    def _key_params(self) -> list[nn.Parameter]:
+        return list(self.momentum_backbone.parameters()) + list(self.momentum_neck.parameters())
+
+    def _query_params(self) -> list[nn.Parameter]:
+        return list(self.backbone.parameters()) + list(self.neck.parameters())
+
+    def init_weights(self) -> None:
+        """Initialise the query encoder, then copy it into the key encoder."""
+        super().init_weights()
+        with torch.no_grad():
+            torch._foreach_copy_(self._key_params(), self._query_params())
+
+    @torch.no_grad()
+    def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
+        """Features of the momentum encoder (as PCL): embeddings z or backbone features f."""
+        feats = self.momentum_backbone(inputs)
+        if feature == 'f':
+            return F.normalize(feats.float(), dim=1)
+        if feature == 'z':
+            return F.normalize(self.momentum_neck(feats).float(), dim=1)
+        raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
+
+    @torch.no_grad()
+    def _momentum_update(self) -> None:
+        torch._foreach_lerp_(self._key_params(), self._query_params(), 1.0 - self.momentum)
+
+    def _key_embed(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.momentum_neck(self.momentum_backbone(x)).float(), dim=1)
+
+    @torch.no_grad()
+    def _shuffled_keys(self, x: torch.Tensor) -> torch.Tensor:
+        rank, world_size = get_dist_info()
+        if world_size > 1:
+            gathered = gather_no_grad(x)
+            perm = torch.randperm(gathered.shape[0], device=x.device)
+            broadcast(perm, 0)
+            own = perm.view(world_size, -1)[rank]
+            keys = gather_no_grad(self._key_embed(gathered[own]))
+            return keys[torch.argsort(perm)].view(world_size, -1, keys.shape[1])[rank]
+        perm = torch.randperm(x.shape[0], device=x.device)
+        # BN needs at least two samples per sub-batch.
+        splits = min(self.bn_splits, max(1, x.shape[0] // 2))
+        if x.shape[0] % splits:  # unequal sub-batches: one forward per chunk of x[perm]
+            keys = torch.cat([self._key_embed(chunk) for chunk in x[perm].chunk(splits)])
+            return keys[torch.argsort(perm)]
+        # One forward: row i goes to BN group i % splits, so ordering x[perm] column-wise puts
+        # chunk g of x[perm] into group g, in order: the same keys and running statistics as the
+        # chunked forwards.
+        order = perm.view(splits, -1).t().reshape(-1)
+        with split_batchnorm(self.momentum_backbone, splits), \
+                split_batchnorm(self.momentum_neck, splits):
+            keys = self._key_embed(x[order])
+        return keys[torch.argsort(order)]
+
+    def _next_slots(self, num: int) -> torch.Tensor:
+        # Queue rows the next enqueue of ``num`` keys (all ranks together) overwrites.
+        return (self.queue_ptr + torch.arange(num, device=self.queue.device)) % len(self.queue)
+
+    @torch.no_grad()
+    def _enqueue(self, keys: torch.Tensor, index: torch.Tensor) -> None:
+        keys, index = gather_no_grad(keys), gather_no_grad(index)
+        slots = self._next_slots(keys.shape[0])
+        self.queue[slots] = keys
+        self.queue_index[slots] = index
+        self.queue_ptr.copy_((self.queue_ptr + keys.shape[0]) % len(self.queue))
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """InfoNCE of queries against their keys and the queue, with its detector's flags treated."""
+        self._check_views(inputs)
+        q = self.embed(inputs[0])
+        self._momentum_update()
+        k = self._shuffled_keys(inputs[1])
+        index = self._sample_index(data_samples, q.shape[0], q.device)
+        _, world_size = get_dist_info()
+        with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
+            # The queue itself, no copy: the loss keeps the rows the enqueue below overwrites,
+            # so the backward stays exact after the in-place update.
+            loss, logged = self.queue_loss(q, k, index, self._next_slots(k.shape[0] * world_size),
+                                           data_samples)
+        if index is None:
+            index = torch.full((k.shape[0],), -1, dtype=torch.long, device=k.device)
+        self._enqueue(k, index)
+        return {'loss': loss, **logged}
+
+    def queue_loss(self, q: torch.Tensor, k: torch.Tensor, index: torch.Tensor | None,
+                   overwritten: torch.Tensor, data_samples: dict) -> tuple[torch.Tensor, dict]:
+        """The loss of the queries against their own key (column 0) and the queue, and its logs."""
+        if self.weighting is not None and self.detector is None:
+            # The queue's K keys are all negatives: the estimators' N is K.
+            return queue_debiased_loss(q, k, self.queue, self.temperature,
+                                       self.weighting['tau_plus'], self.weighting['beta'],
+                                       overwritten), {}
+        l_pos, l_neg = _queue_logits(q, k, self.queue, self.temperature, overwritten)
+        logits = torch.cat([l_pos.unsqueeze(1), l_neg], dim=1)
+        positive = logits.new_zeros(q.shape[0], dtype=torch.long)
+        if self.detector is None:
+            return F.cross_entropy(logits, positive), {}
+        batch = NegativeBatch(anchors=q, candidates=self.queue,
+                              negatives=torch.ones_like(l_neg, dtype=torch.bool),
+                              anchor_index=index, candidate_index=self.queue_index,
+                              anchor_classes=self._classes(data_samples))
+        flags = self.detector(batch)
+        if flags is not None:  # column 0, the own key, is never flagged
+            flags = torch.cat([flags.new_zeros(flags.shape[0], flags.shape[1], 1), flags], dim=2)
+        per_query = flagged_loss(logits, positive, None, flags, self.treatment, self.weighting,
+                                 self.temperature)
+        return per_query.mean(), self.detector.log_vars(batch)

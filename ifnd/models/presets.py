@@ -1,0 +1,211 @@
+"""The named methods, each a preset of the contrastive parts (detector, treatment, weighting).
+
+| preset | base | detector | treatment | weighting |
+|---|---|---|---|---|
+| IFND | SimCLR | PseudoLabels | elim | - |
+| SupCon | SimCLR | GroundTruth | attr | - |
+| OracleElim | SimCLR | GroundTruth | elim | - |
+| PCL | SimCLR | - (labels for ProtoNCE) | - | - |
+| DebiasedCL / HardNegativeCL | SimCLR | - | - | debiased / hard |
+| FNC | SimCLR | SupportViews | elim or attr | - |
+| IFNDMoCo | MoCoV2 | PseudoLabels | elim | - |
+| DebiasedMoCo / HardNegativeMoCo | MoCoV2 | - | - | debiased / hard |
+
+Any other combination is written with the base's own parts, e.g. IFND with hard negatives:
+``dict(type='SimCLR', detector=dict(type='PseudoLabels'), treatment='elim',
+weighting=dict(type='hard', tau_plus=0.1, beta=1.0))``.
+"""
+import torch
+
+from ifnd.models.contrastive import SimCLR
+from ifnd.models.losses import check_debiasing, check_fnc_options, proto_nce_loss
+from ifnd.models.moco import MoCoV2
+from ifnd.registry import MODELS
+
+PARTS = ('detector', 'treatment', 'weighting')
+
+
+def _fixed_parts(name: str, kwargs: dict) -> None:
+    # A preset fixes its parts: changing one is another method, written with the base's parts.
+    given = [key for key in PARTS if key in kwargs]
+    if given:
+        base = 'MoCoV2' if 'MoCo' in name else 'SimCLR'
+        raise ValueError(f'{name} is a preset with its own {", ".join(given)}; for another '
+                         f"combination use type='{base}' with detector=, treatment= and "
+                         'weighting= (docs/methods.md)')
+
+
+def _refuse_labels(name: str, kwargs: dict) -> None:
+    # These methods handle false negatives themselves: a label-masked loss mode would be ignored.
+    _fixed_parts(name, kwargs)
+    mode, source = kwargs.get('loss_mode', 'inst'), kwargs.get('label_source', 'none')
+    if mode != 'inst' or source != 'none':
+        raise ValueError(f'{name} handles false negatives itself and takes no labels; remove '
+                         f'loss_mode={mode!r} / label_source={source!r} from its config (IFND, '
+                         'SupCon and OracleElim are the label-based methods)')
+    kwargs.pop('loss_mode', None)
+    kwargs.pop('label_source', None)
+
+
+def _weighting(name: str, tau_plus: float, beta: float, kwargs: dict) -> dict:
+    """The validated weighting of a debiased / hard-negative preset, which takes no labels."""
+    _refuse_labels(name, kwargs)
+    check_debiasing(tau_plus, beta)
+    return dict(type='hard' if beta > 0 else 'debiased', tau_plus=float(tau_plus),
+                **({'beta': float(beta)} if beta > 0 else {}))
+
+
+@MODELS.register_module()
+class IFND(SimCLR):
+    """IFND on the SimCLR base: pseudo labels from clustering, false negatives eliminated."""
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'elim', **kwargs) -> None:
+        _fixed_parts(type(self).__name__, kwargs)
+        kwargs.setdefault('label_source', 'pseudo')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+
+
+@MODELS.register_module()
+class SupCon(SimCLR):
+    """SupCon, the oracle: attraction loss with ground-truth labels."""
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'attr', **kwargs) -> None:
+        _fixed_parts(type(self).__name__, kwargs)
+        kwargs.setdefault('label_source', 'ground_truth')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+
+
+@MODELS.register_module()
+class OracleElim(SimCLR):
+    """The elimination oracle: Eq. 3 with ground-truth labels, every false negative removed.
+
+    Beside SupCon (attraction with ground truth) it bounds what a perfect detector could give
+    IFND's elimination loss, so a small IFND gain can be read as "detection falls short" or
+    "elimination does not help here".
+    """
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'elim', **kwargs) -> None:
+        _fixed_parts(type(self).__name__, kwargs)
+        kwargs.setdefault('label_source', 'ground_truth')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+
+
+@MODELS.register_module()
+class PCL(SimCLR):
+    """PCL on the SimCLR base: instance InfoNCE plus ProtoNCE over the accepted samples."""
+
+    uses_prototypes = True
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 loss_mode: str = 'inst', proto_weight: float = 1.0, **kwargs) -> None:
+        _fixed_parts(type(self).__name__, kwargs)
+        kwargs.setdefault('label_source', 'pseudo')
+        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+        self.proto_weight = proto_weight
+
+    def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
+        """Instance term (of ``loss_mode``) plus the prototype term of ProtoNCE."""
+        z1, z2 = self.embed_views(inputs)
+        losses = self.batch_losses(z1, z2, data_samples)
+        bank = self.label_bank
+        ks = bank.cluster_counts  # host-side: no sync
+        if not ks or min(ks) == 0:
+            # Before the first clustering there are no prototypes: the instance term alone.
+            losses['loss_proto'] = losses['loss'].new_zeros(())
+            return losses
+        assignments = bank.lookup(data_samples['index'])
+        assignments = torch.where(assignments >= 0, assignments, -1)
+        centroids = [bank.centroids[level, :k] for level, k in enumerate(ks)]
+        concentration = [bank.concentration[level, :k] for level, k in enumerate(ks)]
+        with torch.autocast(z1.device.type, enabled=False):
+            proto = proto_nce_loss(torch.cat([z1, z2]), centroids, assignments.repeat(1, 2),
+                                   concentration)
+        losses['loss_proto'] = self.proto_weight * proto
+        return losses
+
+
+@MODELS.register_module()
+class DebiasedCL(SimCLR):
+    """Debiased contrastive learning (Chuang et al., NeurIPS 2020) on the SimCLR base.
+
+    The negatives' sum is corrected for the share ``tau_plus`` (τ⁺, the class prior) of
+    same-class samples among them, and clamped at N·e^(−1/τ); ``beta`` > 0 weights harder
+    negatives more (hard negative sampling, :class:`HardNegativeCL`). N = 2M − 2 views of the
+    batch gathered over the ranks.
+    """
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 tau_plus: float = 0.1, beta: float = 0.0, **kwargs) -> None:
+        weighting = _weighting(type(self).__name__, tau_plus, beta, kwargs)
+        super().__init__(backbone, neck, temperature, weighting=weighting, **kwargs)
+        self.tau_plus, self.beta = float(tau_plus), float(beta)
+
+
+@MODELS.register_module()
+class HardNegativeCL(DebiasedCL):
+    """Hard negative sampling (Robinson et al., ICLR 2021) on the SimCLR base.
+
+    Negatives are weighted by neg^β (``beta``) before the debiasing with ``tau_plus``;
+    ``tau_plus=0`` gives the plain hard-negative objective, ``beta=0`` the debiased one.
+    """
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 tau_plus: float = 0.1, beta: float = 1.0, **kwargs) -> None:
+        super().__init__(backbone, neck, temperature, tau_plus=tau_plus, beta=beta, **kwargs)
+
+
+@MODELS.register_module()
+class FNC(SimCLR):
+    """False negative cancellation (Huynh et al., WACV 2022) on the SimCLR base.
+
+    Each image comes with ``num_support_views`` (S) extra views (``MultiView(num_views=2 + S)``);
+    the :class:`~ifnd.models.false_negatives.SupportViews` detector flags each anchor image's
+    ``top_k`` best-scored images (or those above ``threshold``), and ``strategy='elim'`` drops
+    them from the denominator, ``'attr'`` makes them positives.
+    """
+
+    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
+                 strategy: str = 'elim', num_support_views: int = 2, top_k: int | None = 5,
+                 threshold: float | None = None, aggregation: str = 'mean', **kwargs) -> None:
+        _refuse_labels(type(self).__name__, kwargs)
+        check_fnc_options(strategy, top_k, threshold, aggregation)
+        detector = dict(type='SupportViews', num_support_views=num_support_views, top_k=top_k,
+                        threshold=threshold, aggregation=aggregation)
+        super().__init__(backbone, neck, temperature, detector=detector, treatment=strategy,
+                         **kwargs)
+        self.strategy = strategy
+        self.num_support_views = num_support_views
+        self.top_k, self.threshold, self.aggregation = top_k, threshold, aggregation
+
+
+@MODELS.register_module()
+class IFNDMoCo(MoCoV2):
+    """IFND on the MoCo v2 base: queue keys sharing the query's pseudo label are eliminated."""
+
+    def __init__(self, backbone: dict, neck: dict, loss_mode: str = 'elim', **kwargs) -> None:
+        _fixed_parts(type(self).__name__, kwargs)
+        kwargs.setdefault('label_source', 'pseudo')
+        super().__init__(backbone, neck, loss_mode=loss_mode, **kwargs)
+
+
+@MODELS.register_module()
+class DebiasedMoCo(MoCoV2):
+    """The debiased contrastive loss on the MoCo v2 base: the queue's K keys are the negatives."""
+
+    def __init__(self, backbone: dict, neck: dict, tau_plus: float = 0.01, beta: float = 0.0,
+                 **kwargs) -> None:
+        weighting = _weighting(type(self).__name__, tau_plus, beta, kwargs)
+        super().__init__(backbone, neck, weighting=weighting, **kwargs)
+        self.tau_plus, self.beta = float(tau_plus), float(beta)
+
+
+@MODELS.register_module()
+class HardNegativeMoCo(DebiasedMoCo):
+    """Hard negative sampling (Robinson et al., ICLR 2021) on the MoCo v2 base."""
+
+    def __init__(self, backbone: dict, neck: dict, tau_plus: float = 0.01, beta: float = 1.0,
+                 **kwargs) -> None:
+        super().__init__(backbone, neck, tau_plus=tau_plus, beta=beta, **kwargs)
