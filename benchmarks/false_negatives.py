@@ -24,12 +24,20 @@ Presets:
 * ``cpu``: three seeds of every method on a 2-core CPU in about 2 hours with ``--jobs 2`` (10 %
   of Fashion-MNIST, a half-width ResNet-18, 30 epochs; the hyper-parameters, the methods' own
   included, chosen on the val split as README's "Does it work?" section says).
+* ``digits``: five seeds of every method on scikit-learn's digits (all 1,347 training images, an
+  eighth-width ResNet-18 at 16 pixels, 8 epochs, a 10-epoch probe), about 40 s a run on one
+  thread; the methods' own settings chosen on its own val split (docs/false_negatives.md).
 * ``gpu``: the configs' own settings (full data, 200 epochs, batch 256, clustering every 5
   epochs, kNN every 10) on one GPU.
 
-Any explicit option overrides its preset value. Finished runs are kept (``run.json`` in each run's
-work dir) and not trained again unless their command changed or ``--rerun`` is given, so an
-interrupted benchmark continues where it stopped. Example::
+Any explicit option overrides its preset value. ``--previous FILE.json`` (repeatable) merges the
+runs of an earlier ``--out`` result for the methods and seeds not trained here into the tables,
+JSON and picture; its settings must be this invocation's but for methods, seeds, work dir, jobs,
+threads and the settings of methods not trained here.
+
+Finished runs are kept (``run.json`` in each run's work dir) and not trained again unless their
+command changed or ``--rerun`` is given, so an interrupted benchmark continues where it stopped.
+Example::
 
     python benchmarks/false_negatives.py --preset cpu --out fn_cpu.json --plot fn_cpu.png
     python benchmarks/false_negatives.py --preset cpu --eval-split val --seeds 0 \\
@@ -38,6 +46,9 @@ interrupted benchmark continues where it stopped. Example::
         --methods hard_negative --method-options hard_negative:model.beta=4.0 \\
         --work-dir work_dirs/fn_select/hard_b4
     python benchmarks/false_negatives.py --preset gpu --work-dir work_dirs/fn_gpu --amp
+    python benchmarks/false_negatives.py --preset digits --jobs 2 --out fn_digits.json
+    python benchmarks/false_negatives.py --preset cpu --methods glofnd --previous fn_cpu.json \\
+        --out fn_cpu_glofnd.json
 """
 import os
 import sys

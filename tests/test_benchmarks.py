@@ -4,6 +4,7 @@ import json
 import math
 import os.path as osp
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -579,3 +580,132 @@ def test_false_negatives_table_keeps_a_row_without_timings():
     row = next(line for line in report.markdown_tables(result).splitlines()
                if line.startswith('| SimCLR |'))
     assert row.startswith('| SimCLR | instance labels | 76.76 ± 0.26 |') and row.endswith('| — |')
+
+
+def _settings(argv):
+    """The settings a result of ``argv`` records, as its JSON holds them."""
+    from fn_harness.cli import _NOT_SETTINGS
+
+    from ifnd.fileio import json_safe
+    args = _load('false_negatives').parse_args(argv)
+    return json.loads(json.dumps(json_safe({key: value for key, value in vars(args).items()
+                                            if key not in _NOT_SETTINGS})))
+
+
+def _synthetic_run(method, seed, top1, linear):
+    return {'method': method, 'seed': seed, 'top1': top1, 'top1_epoch': 8,
+            'top1_history': [[4, top1 - 5.0], [8, top1]], 'linear_top1': linear, 'seconds': 30.0,
+            'linear_seconds': 20.0, 'command': {'pretrain': f'train {method} {seed}', 'linear': None}}
+
+
+# Top-1 (kNN, linear) per method and seed: SimCLR and SupCon come from the earlier result.
+EARLIER = {('simclr', 0): (90.0, 89.0), ('simclr', 1): (91.0, 90.5),
+           ('supcon', 0): (96.0, 95.0), ('supcon', 1): (97.0, 95.5)}
+NOW = {('oracle_elim', 0): (93.0, 92.0), ('oracle_elim', 1): (94.5, 93.0),
+       ('debiased', 0): (90.5, 89.5), ('debiased', 1): (91.0, 91.0)}
+
+
+def _previous_file(path, argv, runs, **changes):
+    """An earlier result of ``argv`` holding ``runs`` (method, seed) -> (kNN, linear)."""
+    settings = dict(_settings(argv), **changes)
+    result = {'benchmark': 'false_negatives', 'device': 'CPU: earlier machine',
+              'wall_seconds': 123.0, 'settings': settings, 'summary': {},
+              'runs': [_synthetic_run(m, s, *top1) for (m, s), top1 in runs.items()]}
+    path.write_text(json.dumps(result))
+    return str(path)
+
+
+def test_false_negatives_previous_merges_earlier_runs(tmp_path, capsys):
+    """--previous: the earlier result's runs join this invocation's in the table, JSON and plot."""
+    bench = _load('false_negatives')
+    base = ['--preset', 'digits', '--seeds', '0', '1', '--threads', '1']
+    previous = _previous_file(tmp_path / 'earlier.json',
+                              [*base, '--methods', 'simclr', 'supcon', '--jobs', '5',
+                               '--work-dir', '/elsewhere'], EARLIER)
+    argv = [*base, '--methods', 'oracle_elim', 'debiased', '--work-dir', str(tmp_path / 'runs'),
+            '--skip-train', '--previous', previous, '--out', str(tmp_path / 'merged.json'),
+            '--plot', str(tmp_path / 'merged.png')]
+    # This invocation's runs, finished: their logged scalars and run.json, no training.
+    for plan in bench.make_plans(bench.parse_args(argv)):
+        run = _synthetic_run(plan['method'], plan['seed'], *NOW[plan['method'], plan['seed']])
+        commands = {'pretrain': shlex.join(plan['cmd']), 'linear': shlex.join(plan['linear_cmd'])}
+        _write_run_files(tmp_path / 'runs' / plan['method'] / f"seed_{plan['seed']}", run,
+                         {'commands': commands, 'seconds': 30.0, 'linear_seconds': 20.0})
+    capsys.readouterr()
+    result = bench.main(argv)
+    out = capsys.readouterr().out
+    assert f'Merged from {previous}: 4 run(s)' in out and 'left out' not in out
+    assert sorted((r['method'], r['seed']) for r in result['runs']) == sorted({**EARLIER, **NOW})
+    settings = result['settings']
+    assert settings['methods'] == ['simclr', 'supcon', 'oracle_elim', 'debiased']
+    assert settings['seeds'] == [0, 1]
+    assert settings['simclr_config'] == 'configs/simclr/simclr_r18_8e_digits.py'
+    assert settings['jobs'] == 1 and settings['work_dir'] == str(tmp_path / 'runs')
+    assert result['device'].endswith('; earlier runs on CPU: earlier machine')
+    assert result['merged_from'] == [{'file': previous, 'device': 'CPU: earlier machine',
+                                      'wall_seconds': 123.0,
+                                      'runs': [[m, s] for m, s in EARLIER]}]
+    # The statistics pair the runs across the two results.
+    summary = result['summary']
+    assert summary['paired']['oracle_elim']['top1']['values'] == pytest.approx([3.0, 3.5])
+    assert summary['gap_closed']['oracle_elim']['top1']['share'] == pytest.approx(6.5 / 12.0)
+    assert summary['paired']['debiased']['linear_top1']['values'] == pytest.approx([0.5, 0.5])
+    assert '4 of the 8 runs read from earlier.json' in out
+    for title in ('SimCLR', 'SupCon', 'Oracle-elim', 'Debiased'):
+        assert f'| {title} |' in out
+    with open(tmp_path / 'merged.json') as f:
+        saved = json.load(f)
+    assert saved['summary']['methods'].keys() == {'simclr', 'supcon', 'oracle_elim', 'debiased'}
+    assert saved['merged_from'][0]['file'] == previous
+    assert osp.getsize(tmp_path / 'merged.png') > 10_000
+    # The merged file merges again: a further seed of SimCLR and SupCon joins the four methods.
+    again = _load('false_negatives').main(
+        ['--preset', 'digits', '--seeds', '2', '--threads', '1', '--methods', 'simclr', 'supcon',
+         '--work-dir', str(tmp_path / 'more'), '--skip-train', '--previous',
+         str(tmp_path / 'merged.json')])
+    assert len(again['runs']) == 8  # seed 2 is not finished: nothing of it is read
+    assert again['settings']['seeds'] == [0, 1, 2]
+    assert again['merged_from'][0]['merged_from'][0]['file'] == previous
+
+
+def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, capsys):
+    """Any difference but which runs were made, where and how fast is named before training."""
+    bench = _load('false_negatives')
+    base = ['--preset', 'digits', '--seeds', '0', '1']
+    earlier = [*base, '--methods', 'simclr', 'debiased', 'glofnd']
+    argv = [*base, '--methods', 'debiased', 'oracle_elim', '--dry-run']
+    # Methods, seeds, work dir, jobs, threads and the settings of methods not trained here: fine.
+    fine = _previous_file(tmp_path / 'fine.json', earlier, EARLIER, work_dir='/elsewhere',
+                          jobs=7, threads=3, seeds=[0, 1, 5], glofnd_config='other.py',
+                          method_options=dict(bench.DIGITS_METHOD_OPTIONS,
+                                              glofnd={'model.detector.alpha': 0.3}))
+    assert bench.main([*argv, '--previous', fine]) == {}
+    assert 'Merged from' in capsys.readouterr().out
+    bad = _previous_file(tmp_path / 'bad.json', earlier, EARLIER, epochs=9, eval_split='val',
+                         method_options=dict(bench.DIGITS_METHOD_OPTIONS,
+                                             debiased={'model.tau_plus': 0.1}))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main([*argv, '--previous', bad])
+    message = str(exit_info.value.code)
+    assert message.startswith(f'--previous {bad}: its settings differ from this invocation\'s in ')
+    assert 'epochs: 9 there, 8 here' in message
+    assert "eval_split: 'val' there, 'test' here" in message
+    assert ("method_options of debiased: ['model.tau_plus=0.1'] there, ['model.tau_plus=0.01'] "
+            'here') in message
+    assert 'glofnd' not in message and 'work_dir' not in message.split('. ')[0]
+    assert '$ ' not in capsys.readouterr().out, 'no command is planned'
+    # The same option written as text on the command line is the same setting.
+    texts = _previous_file(tmp_path / 'texts.json', earlier, EARLIER, method_options={
+        'debiased': {'model.tau_plus': '0.01'}})
+    bench.main([*argv, '--previous', texts])
+    # One method and seed in two earlier results is ambiguous.
+    with pytest.raises(SystemExit,
+                       match=r'simclr seed 0 is in both .*fine\.json and .*texts\.json'):
+        bench.main([*argv, '--previous', fine, '--previous', texts])
+    # A file that is not a result of this benchmark.
+    (tmp_path / 'other.json').write_text(json.dumps({'benchmark': 'step_cost', 'rows': []}))
+    (tmp_path / 'broken.json').write_text('{"benchmark": ')
+    for name, expected in (('other.json', 'not a false_negatives result'),
+                           ('broken.json', 'not JSON'), ('missing.json', 'cannot be read')):
+        with pytest.raises(SystemExit, match=expected):
+            bench.main([*argv, '--previous', str(tmp_path / name)])

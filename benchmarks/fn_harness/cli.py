@@ -9,6 +9,7 @@ from typing import Sequence
 
 from common import report_results
 
+from .merge import check_previous, merge
 from .plan import make_plans
 from .protocol import parse_args
 from .report import markdown_tables, plot
@@ -17,7 +18,8 @@ from .running import run_plan, training_device
 from .stats import summarise
 
 # Options that change how the benchmark runs, not what it measures: left out of the settings.
-_NOT_SETTINGS = ('out', 'plot', 'python', 'dry_run', 'skip_train', 'verbose', 'rerun')
+# --previous names the results merged in (the result's merged_from), not a setting of its runs.
+_NOT_SETTINGS = ('out', 'plot', 'python', 'dry_run', 'skip_train', 'verbose', 'rerun', 'previous')
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -29,6 +31,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.preset == 'gpu' and device.startswith('CPU') and not args.dry_run:
         print('warning: the gpu preset on a CPU takes days; use --preset cpu', file=sys.stderr)
     print(f'Training device: {device}')
+    settings = {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS}
+    # Earlier results are checked before any training: a refusal should not come hours later.
+    previous = check_previous(args.previous, settings, args)
+    for source in previous:
+        print(f"Merged from {source['path']}: {len(source['runs'])} run(s) of methods and seeds "
+              'not trained here', flush=True)
     plans = make_plans(args)
     env = f'OMP_NUM_THREADS={args.threads} ' if args.threads is not None else ''
     for plan in plans:
@@ -41,16 +49,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         records = list(pool.map(lambda plan: run_plan(plan, args), plans))
     runs = [collect(plan, record, args) for plan, record in zip(plans, records) if record]
-    if not runs:
+    if not runs and not any(source['runs'] for source in previous):
         raise SystemExit(f'no finished run in {args.work_dir} (drop --skip-train)')
-    result = {
+    merged = merge({
         'benchmark': 'false_negatives',
         'device': device,
         'wall_seconds': time.time() - tic,
-        'settings': {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS},
-        'summary': summarise(runs, args.seeds),
+        'settings': settings,
         'runs': runs,
-    }
+    }, previous)
+    result = {**{key: value for key, value in merged.items() if key != 'runs'},
+              'summary': summarise(merged['runs'], merged['settings']['seeds']),
+              'runs': merged['runs']}
     print()
     report_results(result, markdown_tables(result), args.out, strict=True)
     if args.plot:

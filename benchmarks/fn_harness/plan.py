@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from .option_checks import check_method_options
-from .protocol import REPO
+from .protocol import CLUSTERERS, REPO
 
 
 def load_config(path: str):
@@ -85,8 +85,8 @@ def _pseudo_label_options(method: str, cfg, args: argparse.Namespace, seed: int 
     labels = hook_index(cfg, 'PseudoLabelHook')
     opts: dict[str, object] = {}
     if labels is None:
-        if method == 'ifnd':
-            raise SystemExit('ifnd: the config has no PseudoLabelHook in custom_hooks')
+        if method in CLUSTERERS:
+            raise SystemExit(f'{method}: the config has no PseudoLabelHook in custom_hooks')
         return opts
     if seed is not None:
         opts[f'custom_hooks.{labels}.seed'] = seed
@@ -100,6 +100,19 @@ def _pseudo_label_options(method: str, cfg, args: argparse.Namespace, seed: int 
         opts[f'custom_hooks.{labels}.final_rate'] = args.final_rate
     if args.num_workers is not None:
         opts[f'custom_hooks.{labels}.num_workers'] = args.num_workers
+    return opts
+
+
+def _acceptance_options(cfg, args: argparse.Namespace, seed: int | None) -> dict:
+    """A detector's acceptance schedule on IFND's clustering interval, its order seeded by the run."""
+    detector = cfg.model.get('detector') or {}
+    if not detector.get('acceptance'):
+        return {}
+    opts: dict[str, object] = {}
+    if seed is not None:
+        opts['model.detector.acceptance.seed'] = seed
+    if args.cluster_interval is not None:
+        opts['model.detector.acceptance.interval'] = args.cluster_interval
     return opts
 
 
@@ -128,6 +141,7 @@ def cfg_options(method: str, cfg, args: argparse.Namespace, seed: int | None = N
         opts.update(worker_options('train_dataloader', cfg, args.num_workers))
     opts.update(_knn_options(method, cfg, args, split))
     opts.update(_pseudo_label_options(method, cfg, args, seed))
+    opts.update(_acceptance_options(cfg, args, seed))
     opts.update(args.method_options.get(method, {}))
     return as_cli(opts) + list(args.cfg_options)
 

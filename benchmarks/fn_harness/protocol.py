@@ -23,6 +23,10 @@ DATASETS = {
         'hard_negative': 'configs/hard_negative/hard_negative_r18_200e_fmnist.py',
         'fnc_elim': 'configs/fnc/fnc_elim_r18_200e_fmnist.py',
         'fnc_attr': 'configs/fnc/fnc_attr_r18_200e_fmnist.py',
+        'ifnd_hard': 'configs/ifnd/ifnd_hard_r18_200e_fmnist.py',
+        'glofnd': 'configs/glofnd/glofnd_r18_200e_fmnist.py',
+        'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_200e_fmnist.py',
+        'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_200e_fmnist.py',
         'linear': 'configs/benchmarks/linear/linear_r18_100e_fmnist.py',
     },
     **{name: {
@@ -36,41 +40,90 @@ DATASETS = {
         'fnc_attr': f'configs/fnc/fnc_attr_r50_1000e_{name}.py',
         'linear': f'configs/benchmarks/linear/linear_r50_100e_{name}.py',
     } for name in ('cifar10', 'cifar100')},
+    'digits': {
+        'simclr': 'configs/simclr/simclr_r18_8e_digits.py',
+        'ifnd': 'configs/ifnd/ifnd_r18_8e_digits.py',
+        'supcon': 'configs/ifnd/supcon_r18_8e_digits.py',
+        'oracle_elim': 'configs/ifnd/oracle_elim_r18_8e_digits.py',
+        'debiased': 'configs/debiased/debiased_r18_8e_digits.py',
+        'hard_negative': 'configs/hard_negative/hard_negative_r18_8e_digits.py',
+        'fnc_elim': 'configs/fnc/fnc_elim_r18_8e_digits.py',
+        'fnc_attr': 'configs/fnc/fnc_attr_r18_8e_digits.py',
+        'ifnd_hard': 'configs/ifnd/ifnd_hard_r18_8e_digits.py',
+        'glofnd': 'configs/glofnd/glofnd_r18_8e_digits.py',
+        'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_8e_digits.py',
+        'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_8e_digits.py',
+        'linear': 'configs/benchmarks/linear/linear_r18_100e_digits.py',
+    },
 }
 METHODS = ('simclr', 'ifnd', 'supcon', 'oracle_elim', 'debiased', 'hard_negative', 'fnc_elim',
-           'fnc_attr')
+           'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard', 'oracle_elim_linear')
 TITLES = {'simclr': 'SimCLR', 'ifnd': 'IFND', 'supcon': 'SupCon', 'oracle_elim': 'Oracle-elim',
           'debiased': 'Debiased', 'hard_negative': 'Hard negatives', 'fnc_elim': 'FNC-elim',
-          'fnc_attr': 'FNC-attr'}
+          'fnc_attr': 'FNC-attr', 'ifnd_hard': 'IFND + hard negatives', 'glofnd': 'GloFND',
+          'glofnd_hard': 'GloFND + hard negatives', 'oracle_elim_linear': 'Oracle-elim, linear'}
 LABELS = {'simclr': 'instance labels', 'ifnd': 'pseudo labels (k-means)',
           'supcon': 'ground truth, attraction', 'oracle_elim': 'ground truth, elimination',
           'debiased': 'instance labels, negatives debiased by a class prior',
           'hard_negative': 'instance labels, negatives reweighted by hardness',
           'fnc_elim': 'support views flag negatives, elimination',
-          'fnc_attr': 'support views flag negatives, attraction'}
+          'fnc_attr': 'support views flag negatives, attraction',
+          'ifnd_hard': 'pseudo labels, elimination; the rest reweighted by hardness',
+          'glofnd': 'learned per-image thresholds flag negatives, elimination',
+          'glofnd_hard': 'learned thresholds, elimination; the rest reweighted by hardness',
+          'oracle_elim_linear': "ground truth accepted on IFND's linear schedule, elimination"}
 # Every method but the two ends of the gap: their share of the SimCLR -> SupCon gap is reported.
 CLOSERS = tuple(m for m in METHODS if m not in ('simclr', 'supcon'))
 # Methods that flag individual negatives as false: their in-batch detection precision and recall
 # (against the ground-truth classes) are logged per epoch by FalseNegativeDetectionHook.
-FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr')
+FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard',
+            'oracle_elim_linear')
 DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
+# Methods whose detector is IFND's clustering (PseudoLabelHook): their rounds' MTPR/MTNR are read.
+CLUSTERERS = ('ifnd', 'ifnd_hard')
 
 # The methods' own settings on the cpu budget, chosen on the val split (README); the configs keep
 # the papers' values for their own recipes.
+# The combinations take their parts' settings: hard negatives' beta, and GloFND's alpha; GloFND
+# starts a third of the way in with lambda's step 0.1 (its configs' quarter of 200 epochs and the
+# authors' 0.05 would leave 30 epochs little time to learn).
 CPU_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.01}, 'hard_negative': {'model.beta': 2.0},
-                      'fnc_elim': {'model.top_k': 3}, 'fnc_attr': {'model.top_k': 3}}
-# None means: keep the config's value. The cpu values were chosen on the val split (README).
+                      'fnc_elim': {'model.top_k': 3}, 'fnc_attr': {'model.top_k': 3},
+                      'ifnd_hard': {'model.weighting.beta': 2.0},
+                      'glofnd': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
+                                 'model.detector.alpha': 0.05},
+                      'glofnd_hard': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
+                                      'model.detector.alpha': 0.05, 'model.weighting.beta': 2.0}}
+# The methods' own settings on the digits budget, chosen on its own val split
+# (docs/false_negatives.md, "Digits protocol"); the combinations take their parts' values, and
+# GloFND starts about a third of the way in, as on the cpu budget.
+DIGITS_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.1}, 'hard_negative': {'model.beta': 1.0},
+                         'fnc_elim': {'model.top_k': 3}, 'fnc_attr': {'model.top_k': 3},
+                         'ifnd_hard': {'model.weighting.beta': 1.0},
+                         'glofnd': {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3,
+                                    'model.detector.lr': 0.1},
+                         'glofnd_hard': {'model.detector.alpha': 0.1,
+                                         'model.detector.start_epoch': 3,
+                                         'model.detector.lr': 0.1, 'model.weighting.beta': 1.0}}
+# None means: keep the config's value. The cpu values were chosen on the val split (README); the
+# digits budget (all of digits' 1,347 training images, an eighth-width ResNet-18, 8 epochs) was set
+# by the time of one run, pre-training and linear probe together, on one thread: about 40 s.
 PRESETS = {
-    'cpu': dict(epochs=30, subset=0.1, batch_size=128, backbone='resnet18', cifar_stem=False,
-                channels='32,64,128,256', neck_hidden=256, cluster_interval=3, knn_interval=5,
-                val_fraction=1.0, lr=0.25, warmup_epochs=2, num_workers=2, temperature=0.2,
-                num_clusters=None, final_rate=None, nredo=2, linear_epochs=10,
+    'cpu': dict(dataset='fmnist', epochs=30, subset=0.1, batch_size=128, backbone='resnet18',
+                cifar_stem=False, channels='32,64,128,256', neck_hidden=256, cluster_interval=3,
+                knn_interval=5, val_fraction=1.0, lr=0.25, warmup_epochs=2, num_workers=2,
+                temperature=0.2, num_clusters=None, final_rate=None, nredo=2, linear_epochs=10,
                 seeds=[0, 1, 2], method_options=CPU_METHOD_OPTIONS),
-    'gpu': dict(epochs=None, subset=None, batch_size=None, backbone=None, cifar_stem=None,
-                channels=None, neck_hidden=None, cluster_interval=None, knn_interval=None,
-                val_fraction=None, lr=None, warmup_epochs=None, num_workers=None,
-                temperature=None, num_clusters=None, final_rate=None, nredo=None,
-                linear_epochs=None, seeds=[0, 1, 2], method_options={}),
+    'digits': dict(dataset='digits', epochs=8, subset=1.0, batch_size=64, backbone='resnet18',
+                   cifar_stem=True, channels='8,16,32,64', neck_hidden=256, cluster_interval=1,
+                   knn_interval=2, val_fraction=1.0, lr=0.25, warmup_epochs=1, num_workers=0,
+                   temperature=0.2, num_clusters=None, final_rate=None, nredo=None,
+                   linear_epochs=10, seeds=[0, 1, 2, 3, 4], method_options=DIGITS_METHOD_OPTIONS),
+    'gpu': dict(dataset='fmnist', epochs=None, subset=None, batch_size=None, backbone=None,
+                cifar_stem=None, channels=None, neck_hidden=None, cluster_interval=None,
+                knn_interval=None, val_fraction=None, lr=None, warmup_epochs=None,
+                num_workers=None, temperature=None, num_clusters=None, final_rate=None,
+                nredo=None, linear_epochs=None, seeds=[0, 1, 2], method_options={}),
 }
 
 
@@ -86,14 +139,17 @@ def method_option_texts(method_options: dict) -> list[str]:
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu',
-                        help="budget: 'cpu' (about 2 hours on 2 cores with --jobs 2) or 'gpu' "
-                        "(the configs' own settings); the options below override it")
-    parser.add_argument('--dataset', choices=sorted(DATASETS), default='fmnist',
-                        help='which configs to train')
-    parser.add_argument('--methods', nargs='+', choices=METHODS, default=list(METHODS),
-                        help='methods to train (SimCLR and SupCon are needed for the gaps)')
+                        help="budget: 'cpu' (Fashion-MNIST, about 2 hours on 2 cores with --jobs "
+                        "2), 'digits' (scikit-learn's digits, about 40 s a run on one thread) or "
+                        "'gpu' (the configs' own settings); the options below override it")
+    parser.add_argument('--dataset', choices=sorted(DATASETS), default=None,
+                        help="which configs to train (default: the preset's, fmnist or digits)")
+    parser.add_argument('--methods', nargs='+', choices=METHODS, default=None,
+                        help='methods to train (SimCLR and SupCon are needed for the gaps; '
+                        'default: every method with a config for --dataset)')
     parser.add_argument('--seeds', nargs='+', type=int, default=None,
-                        help='run seeds; every method runs once per seed (preset: 0 1 2)')
+                        help='run seeds; every method runs once per seed (preset: 0 1 2; '
+                        'digits: 0 1 2 3 4)')
     parser.add_argument('--eval-split', choices=('test', 'val'), default='test',
                         help="'val': hold --val-fraction of the training split out of training "
                         "and evaluate on it (choosing hyper-parameters); 'test': the test split")
@@ -171,6 +227,11 @@ def _add_tool_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--verbose', action='store_true',
                         help='show the training output (otherwise it goes to train.log)')
     parser.add_argument('--out', default=None, help='also write the results as JSON here')
+    parser.add_argument('--previous', action='append', default=[], metavar='FILE.json',
+                        help="an earlier run's --out JSON (repeatable): its runs of the methods "
+                        'and seeds not trained here join the report, JSON and plot; refused '
+                        'when its settings differ in more than methods, seeds, work dir, jobs, '
+                        'threads and the settings of methods not trained here')
     parser.add_argument('--plot', default=None,
                         help='also draw kNN top-1 over epochs and IFND\'s rounds into this PNG')
 
@@ -186,11 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
         'recall of the negatives IFND and FNC flag.',
         formatter_class=HelpFormatter)
     _add_run_options(parser)
-    cpu = ', '.join([f'{key}={value}' for key, value in PRESETS['cpu'].items()
-                     if value is not None and key not in ('seeds', 'method_options')]
-                    + method_option_texts(PRESETS['cpu']['method_options']))
+    def preset(name: str) -> str:
+        return ', '.join([f'{key}={value}' for key, value in PRESETS[name].items()
+                          if value is not None and key not in ('seeds', 'method_options')]
+                         + method_option_texts(PRESETS[name]['method_options']))
     budget = parser.add_argument_group(
-        'budget', f'Unset options take the preset value: cpu: {cpu}; gpu keeps the configs.')
+        'budget', f"Unset options take the preset value: cpu: {preset('cpu')}; digits: "
+        f"{preset('digits')}; gpu keeps the configs.")
     _add_data_budget(budget)
     _add_method_budget(budget)
     _add_tool_options(parser)
@@ -204,6 +267,9 @@ def _apply_preset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    if args.methods is None:
+        args.methods = [m for m in METHODS
+                        if m in DATASETS[args.dataset] or getattr(args, f'{m}_config')]
     args.method_options = {m: dict(o) for m, o in args.method_options.items()}
     for item in given:
         method, sep, assignment = item.partition(':')
@@ -265,10 +331,14 @@ def _read_texts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> No
 
 def _resolve_paths(args: argparse.Namespace) -> None:
     """Configs and work dir as the training runs (in the repository root) see them; threads."""
+    known = DATASETS[args.dataset]
     for method in (*args.methods, 'linear'):
         key = f'{method}_config'
         if getattr(args, key) is None:
-            setattr(args, key, DATASETS[args.dataset][method])
+            if method not in known:
+                raise SystemExit(f'{method} has no config for --dataset {args.dataset}: pass '
+                                 f'--{method.replace("_", "-")}-config or leave it out of --methods')
+            setattr(args, key, known[method])
         setattr(args, key, resolve_config(getattr(args, key)))
     # Training runs in the repository root: make the work dir independent of the caller's cwd.
     if args.work_dir is None:

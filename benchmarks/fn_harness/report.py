@@ -40,11 +40,13 @@ def _caption(result: dict) -> str:
     own = method_option_texts(s.get('method_options') or {})
     if own:
         budget += f"; the methods' own settings {', '.join(own)}"
+    merged = ''.join(f"; {len(source['runs'])} of the {len(result['runs'])} runs read from "
+                     f"{osp.basename(source['file'])}" for source in result.get('merged_from', []))
     return (f"False-negative methods on {s['dataset']} ({s['preset']} preset: {budget}), "
-            f"{len(seeds)} seeds ({', '.join(map(str, seeds))}), trained on {result['device']}; "
-            f'evaluated on the {split}. Top-1: mean ± sd over seeds; Δ: mean of the per-seed '
-            'paired differences to SimCLR [95% t-interval]; gap closed: (method − SimCLR) / '
-            "(SupCon − SimCLR) [Fieller's 95% interval]")
+            f"{len(seeds)} seeds ({', '.join(map(str, seeds))}), trained on {result['device']}"
+            f'{merged}; evaluated on the {split}. Top-1: mean ± sd over seeds; Δ: mean of the '
+            'per-seed paired differences to SimCLR [95% t-interval]; gap closed: (method − '
+            "SimCLR) / (SupCon − SimCLR) [Fieller's 95% interval]")
 
 
 def _comparison_table(result: dict) -> list[str]:

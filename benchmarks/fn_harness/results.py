@@ -9,7 +9,7 @@ import os.path as osp
 
 import numpy as np
 
-from .protocol import DETECTION_KEYS, FLAGGERS
+from .protocol import CLUSTERERS, DETECTION_KEYS, FLAGGERS
 
 
 def read_scalars(work_dir: str, key: str, since: float | None) -> list[tuple[int, float]]:
@@ -82,7 +82,7 @@ def collect(plan: dict, record: dict, args: argparse.Namespace) -> dict:
     if plan['linear_cmd']:
         entry['linear_top1'] = read_scalars(osp.join(work_dir, 'linear'), 'top1',
                                             None)[-1][1]
-    if method == 'ifnd':
+    if method in CLUSTERERS:
         with open(osp.join(work_dir, 'pseudo_labels', 'rounds.json')) as f:
             entry['rounds'] = sorted(json.load(f), key=lambda r: r['epoch'])
         entry['detection'] = detection_over_training(entry['rounds'], step)

@@ -1,0 +1,5 @@
+# Hard negative sampling (Robinson et al., ICLR 2021) on digits.
+_base_ = ['../simclr/simclr_r18_8e_digits.py', '../_base_/hard_negatives.py']
+
+model = dict(type='HardNegativeCL', tau_plus=_base_._hard_weighting.tau_plus,
+             beta=_base_._hard_weighting.beta)
