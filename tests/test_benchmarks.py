@@ -246,6 +246,26 @@ def test_false_negatives_dry_run_commands(capsys):
     assert 'model.tau_plus' not in pretrain[0] and 'model.beta' not in pretrain[0]  # SimCLR
 
 
+def test_false_negatives_digits_preset_commands(capsys):
+    """--preset digits: every method on its digits config, five seeds, the digits method settings."""
+    bench = _load('false_negatives')
+    assert bench.main(['--preset', 'digits', '--dry-run']) == {}
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
+    assert len(commands) == 2 * len(bench.METHODS) * 5
+    pretrain, linear = commands[0::2], commands[1::2]
+    for i, line in enumerate(pretrain):
+        method, seed = bench.METHODS[i % len(bench.METHODS)], i // len(bench.METHODS)
+        assert f' {bench.DATASETS["digits"][method]} ' in line
+        assert f'randomness.seed={seed} ' in line and 'digits_digits_test' in line
+        assert 'train_dataloader.batch_size=64' in line and 'train_cfg.max_epochs=8' in line
+        for key, value in bench.DIGITS_METHOD_OPTIONS.get(method, {}).items():
+            assert f' {key}={value}' in line
+        assert 'subset_fraction' not in line  # all of the training split
+    for line in linear:
+        assert 'linear_r18_100e_digits.py' in line and 'train_cfg.max_epochs=10' in line
+        assert "'model.backbone.channels=(8,16,32,64)'" in line
+
+
 def test_false_negatives_method_options(capsys):
     """--method-options replaces one key of one method's preset settings; bad items are refused."""
     bench = _load('false_negatives')
