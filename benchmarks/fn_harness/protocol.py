@@ -93,7 +93,7 @@ CPU_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.01}, 'hard_negative': {'m
                       'glofnd': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
                                  'model.detector.alpha': 0.05},
                       'glofnd_hard': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
-                                      'model.detector.alpha': 0.05, 'model.weighting.beta': 2.0}}
+                                      'model.weighting.beta': 2.0, 'model.detector.alpha': 0.05}}
 # The methods' own settings on the digits budget, chosen on its own val split
 # (docs/false_negatives.md, "Digits protocol"); the combinations take their parts' values, and
 # GloFND starts about a third of the way in, as on the cpu budget.
