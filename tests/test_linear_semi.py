@@ -390,7 +390,8 @@ def test_benchmark_config_builds(config, generated_data, monkeypatch):
     assert cfg.default_scope == 'ifnd' and cfg.runner_type == 'SafeLoadRunner'
     model = MODELS.build(cfg.model)
     assert model.pretrained is None and model.frozen == config.startswith('linear/')
-    size = 224 if ('in1k' in config or 'places' in config) else (28 if 'fmnist' in config else 32)
+    size = (224 if ('in1k' in config or 'places' in config) else 28 if 'fmnist' in config
+            else 16 if 'digits' in config else 32)
     train_set = DATASETS.build(_local_dataset(cfg.train_dataloader.dataset, generated_data))
     val_set = DATASETS.build(_local_dataset(cfg.val_dataloader.dataset, generated_data))
     for dataset in (train_set, val_set):

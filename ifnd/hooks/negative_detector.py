@@ -4,7 +4,15 @@ import torch
 from mmengine.hooks import Hook
 
 from ifnd.engine.features import unwrap_model
+from ifnd.models.false_negatives import FalseNegativeDetector
 from ifnd.registry import HOOKS
+
+
+def _detector(runner) -> FalseNegativeDetector | None:
+    """The model's false-negative detector; None for models without one (or whose ``detector``
+    is something else, such as the COCO transfer's Mask R-CNN)."""
+    detector = getattr(unwrap_model(runner.model), 'detector', None)
+    return detector if isinstance(detector, FalseNegativeDetector) else None
 
 
 @HOOKS.register_module()
@@ -22,7 +30,7 @@ class NegativeDetectorHook(Hook):
 
     def before_train(self, runner) -> None:
         """Size the detector's state for the training set."""
-        detector = getattr(unwrap_model(runner.model), 'detector', None)
+        detector = _detector(runner)
         if detector is None:
             return
         device = next(unwrap_model(runner.model).parameters()).device
@@ -34,6 +42,6 @@ class NegativeDetectorHook(Hook):
 
     def before_train_epoch(self, runner) -> None:
         """The epoch about to start."""
-        detector = getattr(unwrap_model(runner.model), 'detector', None)
+        detector = _detector(runner)
         if detector is not None:
             detector.set_epoch(runner.epoch)
