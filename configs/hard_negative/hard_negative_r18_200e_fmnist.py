@@ -1,6 +1,5 @@
 # Hard negative sampling (Robinson et al., ICLR 2021) on SimCLR's Fashion-MNIST recipe.
-_base_ = ['../simclr/simclr_r18_200e_fmnist.py']
+_base_ = ['../simclr/simclr_r18_200e_fmnist.py', '../_base_/hard_negatives.py']
 
-# tau_plus: the class prior, 1/10 for 10 balanced classes (the papers' 0.1 on CIFAR-10).
-# beta: the hardness, 1.0: harder negatives weigh more (0 gives the debiased loss).
-model = dict(type='HardNegativeCL', tau_plus=0.1, beta=1.0)
+model = dict(type='HardNegativeCL', tau_plus=_base_._hard_weighting.tau_plus,
+             beta=_base_._hard_weighting.beta)

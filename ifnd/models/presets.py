@@ -55,30 +55,35 @@ def _weighting(name: str, tau_plus: float, beta: float, kwargs: dict) -> dict:
                 **({'beta': float(beta)} if beta > 0 else {}))
 
 
+class _LabelPreset:
+    """A preset whose loss and labels are fixed by ``loss_mode`` and ``label_source``."""
+
+    loss_mode_default: str
+    label_source_default: str
+
+    def __init__(self, backbone: dict, neck: dict, **kwargs) -> None:
+        _fixed_parts(type(self).__name__, kwargs)
+        kwargs.setdefault('loss_mode', self.loss_mode_default)
+        kwargs.setdefault('label_source', self.label_source_default)
+        super().__init__(backbone, neck, **kwargs)
+
+
 @MODELS.register_module()
-class IFND(SimCLR):
+class IFND(_LabelPreset, SimCLR):
     """IFND on the SimCLR base: pseudo labels from clustering, false negatives eliminated."""
 
-    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
-                 loss_mode: str = 'elim', **kwargs) -> None:
-        _fixed_parts(type(self).__name__, kwargs)
-        kwargs.setdefault('label_source', 'pseudo')
-        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+    loss_mode_default, label_source_default = 'elim', 'pseudo'
 
 
 @MODELS.register_module()
-class SupCon(SimCLR):
+class SupCon(_LabelPreset, SimCLR):
     """SupCon, the oracle: attraction loss with ground-truth labels."""
 
-    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
-                 loss_mode: str = 'attr', **kwargs) -> None:
-        _fixed_parts(type(self).__name__, kwargs)
-        kwargs.setdefault('label_source', 'ground_truth')
-        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+    loss_mode_default, label_source_default = 'attr', 'ground_truth'
 
 
 @MODELS.register_module()
-class OracleElim(SimCLR):
+class OracleElim(_LabelPreset, SimCLR):
     """The elimination oracle: Eq. 3 with ground-truth labels, every false negative removed.
 
     Beside SupCon (attraction with ground truth) it bounds what a perfect detector could give
@@ -86,24 +91,18 @@ class OracleElim(SimCLR):
     "elimination does not help here".
     """
 
-    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
-                 loss_mode: str = 'elim', **kwargs) -> None:
-        _fixed_parts(type(self).__name__, kwargs)
-        kwargs.setdefault('label_source', 'ground_truth')
-        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+    loss_mode_default, label_source_default = 'elim', 'ground_truth'
 
 
 @MODELS.register_module()
-class PCL(SimCLR):
+class PCL(_LabelPreset, SimCLR):
     """PCL on the SimCLR base: instance InfoNCE plus ProtoNCE over the accepted samples."""
 
     uses_prototypes = True
+    loss_mode_default, label_source_default = 'inst', 'pseudo'
 
-    def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
-                 loss_mode: str = 'inst', proto_weight: float = 1.0, **kwargs) -> None:
-        _fixed_parts(type(self).__name__, kwargs)
-        kwargs.setdefault('label_source', 'pseudo')
-        super().__init__(backbone, neck, temperature, loss_mode=loss_mode, **kwargs)
+    def __init__(self, backbone: dict, neck: dict, proto_weight: float = 1.0, **kwargs) -> None:
+        super().__init__(backbone, neck, **kwargs)
         self.proto_weight = proto_weight
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
@@ -182,13 +181,10 @@ class FNC(SimCLR):
 
 
 @MODELS.register_module()
-class IFNDMoCo(MoCoV2):
+class IFNDMoCo(_LabelPreset, MoCoV2):
     """IFND on the MoCo v2 base: queue keys sharing the query's pseudo label are eliminated."""
 
-    def __init__(self, backbone: dict, neck: dict, loss_mode: str = 'elim', **kwargs) -> None:
-        _fixed_parts(type(self).__name__, kwargs)
-        kwargs.setdefault('label_source', 'pseudo')
-        super().__init__(backbone, neck, loss_mode=loss_mode, **kwargs)
+    loss_mode_default, label_source_default = 'elim', 'pseudo'
 
 
 @MODELS.register_module()
