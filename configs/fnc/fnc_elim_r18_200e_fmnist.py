@@ -1,17 +1,7 @@
 # FNC, false negative cancellation (Huynh et al., WACV 2022), by elimination on SimCLR's
 # Fashion-MNIST recipe: the false negatives found through support views leave the denominator.
-_base_ = ['../simclr/simclr_r18_200e_fmnist.py', '../_base_/fn_detection.py']
+_base_ = ['../simclr/simclr_r18_200e_fmnist.py', '../_base_/fn_detection.py', '../_base_/fnc.py']
 
-# S = 2 support views per image: each costs one more forward pass of the batch (no gradient).
-support_views = 2
-model = dict(
-    type='FNC',
-    strategy='elim',
-    num_support_views=support_views,
-    # top_k = 5 images per anchor: a batch of 256 holds about 25 of its class (13 at batch 128).
-    top_k=5,
-    # aggregation 'mean' over the support views: steadier than the max of S = 2 cosines.
-    aggregation='mean',
-)
-train_dataloader = dict(dataset=dict(pipeline=dict(num_views=2 + support_views)))
+model = _base_._fnc_model
+train_dataloader = dict(dataset=dict(pipeline=dict(num_views=2 + _base_.support_views)))
 custom_hooks = [_base_.knn_hook, _base_.fn_detection_hook]
