@@ -152,7 +152,15 @@ def markdown_tables(result: dict) -> str:
     return '\n'.join(lines)
 
 
-def _plot_top1(ax, result: dict) -> None:
+def _method_colours() -> dict:
+    """One colour per method, the same in every panel: tab20's dark shades, then its light ones."""
+    import matplotlib
+    cmap = matplotlib.colormaps['tab20']
+    order = [*range(0, 20, 2), *range(1, 20, 2)]
+    return {m: cmap(order[i % 20]) for i, m in enumerate(METHODS)}
+
+
+def _plot_top1(ax, result: dict, colours: dict) -> None:
     for m in METHODS:
         histories = [dict(r['top1_history']) for r in result['runs'] if r['method'] == m]
         if not histories:
@@ -160,8 +168,8 @@ def _plot_top1(ax, result: dict) -> None:
         epochs = sorted(set.intersection(*(set(h) for h in histories)))
         values = np.array([[h[e] for e in epochs] for h in histories])
         mean, sd = values.mean(0), values.std(0, ddof=1) if len(values) > 1 else 0 * values[0]
-        line, = ax.plot(epochs, mean, marker='o', ms=3, label=TITLES[m])
-        ax.fill_between(epochs, mean - sd, mean + sd, color=line.get_color(), alpha=0.2)
+        ax.plot(epochs, mean, marker='o', ms=3, color=colours[m], label=TITLES[m])
+        ax.fill_between(epochs, mean - sd, mean + sd, color=colours[m], alpha=0.2)
     ax.set(xlabel='epoch', ylabel='kNN top-1 (%)',
            title=f"kNN top-1, mean ± sd over {len(result['settings']['seeds'])} seed(s)")
     ax.grid(alpha=0.3)
@@ -191,17 +199,15 @@ def _plot_rounds(axes, ifnd: list[dict]) -> None:
         ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8)
 
 
-def _plot_flagged(ax, runs: list[dict], flaggers: list[str]) -> None:
-    for m in flaggers:
-        color = None  # one colour per method: precision solid, recall dashed
+def _plot_flagged(ax, runs: list[dict], flaggers: list[str], colours: dict) -> None:
+    for m in flaggers:  # precision solid, recall dashed
         for key, style in zip(DETECTION_KEYS, ('-', '--')):
             histories = [dict(r['flagged'][key]) for r in runs
                          if r['method'] == m and r.get('flagged')]
             epochs = sorted(set.intersection(*(set(h) for h in histories)))
             values = np.array([[h[e] for e in epochs] for h in histories])
-            line, = ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3,
-                            color=color, label=f"{TITLES[m]} {key.split('_')[-1]}")
-            color = line.get_color()
+            ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3, color=colours[m],
+                    label=f"{TITLES[m]} {key.split('_')[-1]}")
     ax.set(xlabel='epoch', ylabel='%', ylim=(0, 102),
            title='negatives flagged as false: precision, recall')
     ax.grid(alpha=0.3)
@@ -218,11 +224,12 @@ def plot(result: dict, path: str) -> None:
     flaggers = [m for m in FLAGGERS if any(r['method'] == m and r.get('flagged') for r in runs)]
     panels = 1 + 2 * bool(ifnd) + bool(flaggers)
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2), squeeze=False)
-    _plot_top1(axes[0, 0], result)
+    colours = _method_colours()
+    _plot_top1(axes[0, 0], result, colours)
     if ifnd:
         _plot_rounds(axes[0, 1:3], ifnd)
     if flaggers:
-        _plot_flagged(axes[0, panels - 1], runs, flaggers)
+        _plot_flagged(axes[0, panels - 1], runs, flaggers, colours)
     fig.tight_layout()
     folder = osp.dirname(osp.abspath(path))
     os.makedirs(folder, exist_ok=True)
