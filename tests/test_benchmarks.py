@@ -445,6 +445,26 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
     assert [r['top1'] for r in again['runs']] == [r['top1'] for r in result['runs']]
 
 
+def test_false_negatives_failed_run_does_not_cancel_the_others(tmp_path, monkeypatch):
+    bench = _load('false_negatives')
+    from fn_harness import cli
+    tried = []
+
+    def run_plan(plan, args):
+        tried.append((plan['method'], plan['seed']))
+        if (plan['method'], plan['seed']) == ('ifnd', 0):
+            raise SystemExit('IFND seed 0: training failed with exit code 1 (log: train.log)')
+        return None
+
+    monkeypatch.setattr(cli, 'run_plan', run_plan)
+    argv = ['--preset', 'cpu', '--methods', 'simclr', 'ifnd', 'supcon', '--seeds', '0', '1',
+            '--jobs', '1', '--work-dir', str(tmp_path)]
+    with pytest.raises(SystemExit, match=r'(?s)IFND seed 0: training failed.*1 of 6 run\(s\) '
+                                         r'failed; the others are kept'):
+        bench.main(argv)
+    assert sorted(tried) == sorted((m, s) for m in ('simclr', 'ifnd', 'supcon') for s in (0, 1))
+
+
 def test_false_negatives_reads_results(tmp_path):
     bench = _load('false_negatives')
     old, new = tmp_path / '20240101_000000', tmp_path / '20240102_000000'

@@ -47,7 +47,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return {}
     tic = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        records = list(pool.map(lambda plan: run_plan(plan, args), plans))
+        futures = [pool.submit(run_plan, plan, args) for plan in plans]
+    # Every run is tried: a failed one does not cancel those queued behind it, and finished runs
+    # are read back, not retrained, when the same command runs again.
+    failures = [str(future.exception()) for future in futures if future.exception() is not None]
+    if failures:
+        raise SystemExit('\n'.join(failures) + f'\n{len(failures)} of {len(plans)} run(s) failed; '
+                         f'the others are kept in {args.work_dir}: fix the cause and run the same '
+                         'command again, which trains only the runs not finished')
+    records = [future.result() for future in futures]
     runs = [collect(plan, record, args) for plan, record in zip(plans, records) if record]
     if not runs and not any(source['runs'] for source in previous):
         raise SystemExit(f'no finished run in {args.work_dir} (drop --skip-train)')
