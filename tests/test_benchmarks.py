@@ -555,6 +555,19 @@ def test_false_negatives_method_options_checked_before_any_training(capsys, meth
     assert '$ ' not in capsys.readouterr().out, 'no command is planned'
 
 
+def test_false_negatives_checks_every_run_option_before_any_training(capsys):
+    """A --cfg-options key the config does not take fails the dry run, not the run it reaches."""
+    with pytest.raises(SystemExit) as exit_info:
+        _load('false_negatives').main(['--dry-run', '--seeds', '0', '--linear-epochs', '0',
+                                       '--methods', 'simclr', 'glofnd',
+                                       '--cfg-options', 'model.temprature=0.1'])
+    message = str(exit_info.value.code)
+    assert message.startswith("error: simclr: the model of simclr_r18_200e_fmnist.py does not "
+                              "build with the benchmark's settings: ")
+    assert "unexpected keyword argument 'temprature'" in message
+    assert '$ ' not in capsys.readouterr().out, 'no command is planned'
+
+
 def test_false_negatives_method_options_for_a_method_not_run(capsys):
     bench = _load('false_negatives')
     with pytest.raises(SystemExit):

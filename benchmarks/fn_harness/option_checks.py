@@ -1,4 +1,4 @@
-"""``--method-options`` refused before any training when the run would refuse them."""
+"""A run's ``--cfg-options`` refused before any training when the run would refuse them."""
 from __future__ import annotations
 
 import argparse
@@ -77,12 +77,8 @@ def _check_keys_and_types(method: str, budget, own: dict, read: dict):
     return merged
 
 
-def _blame(method: str, cfg, budget, own: dict, read: dict, error: Exception) -> None:
+def _blame(method: str, budget, own: dict, read: dict, error: Exception) -> None:
     """Name the option the model's constructor refuses (or all of them, refused together)."""
-    base_error = model_error(budget)
-    if base_error is not None:
-        raise SystemExit(f'error: {method}: the model of {osp.basename(cfg.filename)} does not build '
-                         f'with the benchmark\'s settings: {" ".join(str(base_error).split())}')
     for key in own:  # the option whose value the constructor refuses
         alone = copy.deepcopy(budget)
         alone.merge_from_dict({key: read[key]})
@@ -96,20 +92,38 @@ def _blame(method: str, cfg, budget, own: dict, read: dict, error: Exception) ->
                      f'{" ".join(str(error).split())}; change one of them')
 
 
-def check_method_options(method: str, cfg, options: list[str], args: argparse.Namespace) -> None:
-    """Refuse ``method``'s ``--method-options`` its training run would reject, before any training.
+def _check_budget(method: str, cfg, budget_options: dict):
+    """The benchmark's own options (budget, seeds, workers) on ``method``'s config, merged; its
+    model must build with them."""
+    from ifnd.engine.cli import check_cfg_options
+    try:
+        check_cfg_options(cfg, budget_options)
+    except SystemExit as err:
+        raise SystemExit(f'error: {method}: {err.code} (a key of --cfg-options, or one the '
+                         f'benchmark sets: then give {method} a config with it)') from None
+    budget = copy.deepcopy(cfg)
+    budget.merge_from_dict(budget_options)
+    error = model_error(budget)
+    if error is not None:
+        raise SystemExit(f'error: {method}: the model of {osp.basename(cfg.filename)} does not build '
+                         f'with the benchmark\'s settings: {" ".join(str(error).split())}')
+    return budget
 
-    ``options`` are the run's ``--cfg-options``: each of the method's keys must name something its
-    config takes (``check_cfg_options``), its value must have the type the class declares
-    (``check_cfg_types``), and the model must build with it (the constructor's range checks).
+
+def check_run_options(method: str, cfg, options: list[str], args: argparse.Namespace) -> None:
+    """Refuse a run's ``--cfg-options`` its training run would reject, before any training.
+
+    ``options`` are the run's ``--cfg-options``: each key, the benchmark's own and the method's,
+    must name something its config takes (``check_cfg_options``); the method's values must have
+    the type the class declares (``check_cfg_types``), and the model must build with them (the
+    constructor's range checks).
     """
     own = args.method_options.get(method, {})
+    read = as_train_reads(options)
+    budget = _check_budget(method, cfg, {k: v for k, v in read.items() if k not in own})
     if not own:
         return
-    read = as_train_reads(options)
-    budget = copy.deepcopy(cfg)
-    budget.merge_from_dict({k: v for k, v in read.items() if k not in own})
     merged = _check_keys_and_types(method, budget, own, read)
     error = model_error(merged)
     if error is not None:
-        _blame(method, cfg, budget, own, read, error)
+        _blame(method, budget, own, read, error)

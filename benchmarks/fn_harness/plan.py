@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from .option_checks import check_method_options
+from .option_checks import check_run_options
 from .protocol import CLUSTERERS, REPO
 
 
@@ -286,7 +286,7 @@ def make_plans(args: argparse.Namespace) -> list[dict]:
             work_dir = osp.join(args.work_dir, method, f'seed_{seed}')
             options = cfg_options(method, cfg, args, seed, split)
             if seed == args.seeds[0]:  # a bad option fails now, not hours later inside a run
-                check_method_options(method, cfg, options, args)
+                check_run_options(method, cfg, options, args)
             cmd = train_command(getattr(args, f'{method}_config'), work_dir, options, args)
             linear_cmd = None
             if linear_cfg is not None:
