@@ -1,7 +1,7 @@
 """The false-negative benchmark behind ``benchmarks/false_negatives.py``, one part per module.
 
 ``protocol`` (methods, presets, options), ``plan`` (training commands; ``option_checks`` refuses
-bad per-method options first), ``running`` (subprocesses), ``results`` (reading finished runs),
+a run's bad options first), ``running`` (subprocesses), ``results`` (reading finished runs),
 ``merge`` (earlier results' runs, ``--previous``), ``stats`` (error bars), ``report`` (tables and
 picture), ``cli`` (all of it in order).
 """
