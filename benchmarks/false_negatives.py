@@ -3,17 +3,19 @@
 Trains SimCLR (instance discrimination), IFND (pseudo labels, elimination), SupCon (attraction
 with ground truth), the elimination oracle (Eq. 3 with ground truth), debiased contrastive
 learning (Chuang et al., 2020), hard negative sampling (Robinson et al., 2021) and false negative
-cancellation (FNC, Huynh et al., 2022; elimination and attraction) with ``tools/train.py``, one
-subprocess per method and seed, the same budget through ``--cfg-options``; ``--methods`` picks
-any subset. After each pre-training run a linear probe (the linear protocol, frozen backbone,
+cancellation (FNC, Huynh et al., 2022; elimination and attraction), GloFND (Balmaseda et al.,
+2025) and combinations of parts (IFND or GloFND with hard negatives, the elimination oracle on
+IFND's linear schedule) with ``tools/train.py``, one subprocess per method and seed, the same
+budget through ``--cfg-options``; ``--methods`` picks any subset. After each pre-training run a linear probe (the linear protocol, frozen backbone,
 through ``tools/train.py``) is trained on the same images. The tables give, per method, mean +- sd
 over seeds of the final weighted-kNN and linear top-1; the per-seed paired difference to SimCLR
 with its mean and a 95 % t-interval; and the share of the SimCLR -> SupCon gap each method
 closes, with Fieller's 95 % interval for a ratio of paired means. IFND's MTPR / MTNR (Sec. 4.4)
 and acceptance rate per clustering round come from its ``pseudo_labels/rounds.json``; the
-precision and recall of the negatives IFND and FNC flag, per epoch in the batches trained on,
-from the runs' logged ``train/fn_precision`` / ``train/fn_recall``. A picture shows kNN top-1 over epochs
-(mean line, sd band), IFND's rounds and the flagging methods' precision and recall.
+precision and recall of the negatives the detecting methods flag, per epoch in the batches
+trained on, from the runs' logged ``train/fn_precision`` / ``train/fn_recall``. A picture shows
+kNN top-1 over epochs (mean line, sd band), IFND's rounds and the flagging methods' precision and
+recall.
 
 ``--eval-split val`` holds a class-balanced part of the training split out of training and
 evaluates on it: hyper-parameters are chosen that way, never on the test split. ``test`` (the
@@ -21,7 +23,7 @@ default) trains on the training split and evaluates on the test split.
 
 Presets:
 
-* ``cpu``: three seeds of every method on a 2-core CPU in about 2 hours with ``--jobs 2`` (10 %
+* ``cpu``: three seeds of every method on a 2-core CPU in about 3 hours with ``--jobs 2`` (10 %
   of Fashion-MNIST, a half-width ResNet-18, 30 epochs; the hyper-parameters, the methods' own
   included, chosen on the val split as README's "Does it work?" section says).
 * ``digits``: five seeds of every method on scikit-learn's digits (all 1,347 training images, an
