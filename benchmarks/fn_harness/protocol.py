@@ -139,7 +139,7 @@ def method_option_texts(method_options: dict) -> list[str]:
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu',
-                        help="budget: 'cpu' (Fashion-MNIST, about 2 hours on 2 cores with --jobs "
+                        help="budget: 'cpu' (Fashion-MNIST, about 3 hours on 2 cores with --jobs "
                         "2), 'digits' (scikit-learn's digits, about 40 s a run on one thread) or "
                         "'gpu' (the configs' own settings); the options below override it")
     parser.add_argument('--dataset', choices=sorted(DATASETS), default=None,
@@ -240,11 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of benchmarks/false_negatives.py."""
     parser = argparse.ArgumentParser(
         description='Train false-negative methods (SimCLR, IFND, SupCon, the elimination '
-        'oracle, debiased, hard negatives, FNC) with one recipe and several seeds '
+        'oracle, debiased, hard negatives, FNC, GloFND and combinations of parts) with one recipe and several seeds '
         '(tools/train.py in subprocesses, each followed by a linear probe), then print kNN and '
         'linear top-1 (mean +- sd), the paired differences to SimCLR, the share of the SimCLR -> '
         'SupCon gap closed (95%% intervals), IFND\'s MTPR/MTNR per round and the precision and '
-        'recall of the negatives IFND and FNC flag.',
+        'recall of the negatives the detecting methods flag.',
         formatter_class=HelpFormatter)
     _add_run_options(parser)
     def preset(name: str) -> str:
