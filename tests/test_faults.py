@@ -6,9 +6,11 @@ so no outcome depends on the machine's speed.
 """
 import os
 import os.path as osp
+import random
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -59,12 +61,17 @@ def test_views_depend_on_seed_epoch_and_index_only():
     assert not torch.equal(epoch(2, 0)[0], in_process[0])
 
 
-def _train(cfg_path: str, work_dir, fault: str = '', resume: bool = False) -> subprocess.CompletedProcess:
+def _command(cfg_path: str, work_dir, fault: str = '', **env) -> tuple[list[str], dict]:
     env = dict(os.environ, IFND_FAULT=fault, OMP_NUM_THREADS='1',
-               PYTHONPATH=os.pathsep.join([TESTS, REPO, os.environ.get('PYTHONPATH', '')]))
-    cmd = [sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg_path, '--work-dir', str(work_dir),
-           '--cfg-options', 'log_level=INFO'] + (['--resume'] if resume else [])
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+               PYTHONPATH=os.pathsep.join([TESTS, REPO, os.environ.get('PYTHONPATH', '')]), **env)
+    return [sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg_path, '--work-dir', str(work_dir),
+            '--cfg-options', 'log_level=INFO'], env
+
+
+def _train(cfg_path: str, work_dir, fault: str = '', resume: bool = False) -> subprocess.CompletedProcess:
+    cmd, env = _command(cfg_path, work_dir, fault)
+    return subprocess.run(cmd + (['--resume'] if resume else []), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
 
 
 def _killed(done: subprocess.CompletedProcess) -> bool:
@@ -104,9 +111,10 @@ def _final(work_dir) -> dict:
 def uninterrupted(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp('uninterrupted')
     cfg = _config(tmp_path)
+    started = time.monotonic()
     done = _train(cfg, tmp_path / 'run')
     assert done.returncode == 0, done.stderr[-3000:]
-    return cfg, _final(tmp_path / 'run')
+    return cfg, _final(tmp_path / 'run'), time.monotonic() - started
 
 
 # Slow (about 80 s on 2 cores): a real run killed in four places (mid-epoch, mid-round, mid-write,
@@ -118,7 +126,7 @@ def test_run_killed_at_every_fault_point_resumes_bit_identical(uninterrupted, tm
     bank), the optimiser's momentum, the schedulers, the epoch/iteration reached and the last
     round's saved labels. Logged timings and the message hub's history differ by nature.
     """
-    cfg, expected = uninterrupted
+    cfg, expected, _ = uninterrupted
     work = tmp_path / 'run'
     done = _train(cfg, work, 'iteration:2.5')  # half-way through the second epoch
     assert _killed(done), done.stderr[-3000:]
@@ -145,4 +153,30 @@ def test_run_killed_at_every_fault_point_resumes_bit_identical(uninterrupted, tm
     assert done.returncode == 0, done.stderr[-3000:]
     assert 'resumed epoch: 2' in done.stdout + done.stderr
     assert not osp.exists(work / f'epoch_{EPOCHS + 1}.pth')
+    _assert_same(_final(work), expected)
+
+
+# Slow (about a minute on 2 cores): the kills land wherever the machine's speed puts them.
+def test_requeued_job_killed_at_random_moments_ends_as_the_uninterrupted_run(uninterrupted, tmp_path):
+    """A pre-empted job started again with the same command (SLURM's requeue: SLURM_RESTART_COUNT
+    counts the restarts) continues the work dir's run, whatever moment it was killed at, and ends
+    with the uninterrupted run's weights, buffers, optimiser state and labels, bit for bit."""
+    cfg, expected, seconds = uninterrupted
+    work = tmp_path / 'run'
+    rng = random.Random(int(time.time()))
+    delays = [round(rng.uniform(0.15, 0.8) * seconds, 1) for _ in range(3)]
+    logs, killed = [], 0
+    for restart, delay in enumerate(delays + [None]):
+        cmd, env = _command(cfg, work, SLURM_RESTART_COUNT=str(restart))
+        with subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) as job:
+            try:
+                out, _ = job.communicate(timeout=delay if delay is not None else 900)
+            except subprocess.TimeoutExpired:
+                job.kill()  # SIGKILL: pre-emption gives no chance to save
+                out, _ = job.communicate()
+                killed += 1
+        logs.append(f'restart {restart} (killed after {delay} s): exit {job.returncode}\n{out[-1500:]}')
+        assert 'is in use by another run' not in out, logs[-1]
+    assert job.returncode == 0 and killed, '\n'.join(logs)  # the first start is always cut short
     _assert_same(_final(work), expected)

@@ -2,8 +2,11 @@
 import glob
 import json
 import math
+import os
 import os.path as osp
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,7 +15,9 @@ from helpers import CONFIG_DIR, digits_config_file, train_error, train_tool
 from mmengine.config import Config
 
 from ifnd.engine.cli import check_top_level_keys, load_config
-from ifnd.engine.work_dir import check_new_run, resume_checkpoint
+from ifnd.engine.work_dir import LOCK_NAME, check_new_run, resume_checkpoint
+
+REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))
 
 
 # --------------------------------------------------------------------- a new run in a used work dir
@@ -49,6 +54,105 @@ def test_logs_alone_or_first_round_labels_are_not_a_run(tmp_path):
         check_new_run(str(tmp_path))
 
 
+def test_overwrite_deletes_only_the_files_a_run_wrote(tmp_path, capsys):
+    """Never a folder, never through a link, never a name a run does not write; each deletion listed."""
+    path = digits_config_file(tmp_path)
+    run = tmp_path / 'run'
+    train_tool.main([path])
+    outside = tmp_path / 'my_labels'  # a user's folder that pseudo_labels links to
+    outside.mkdir()
+    (outside / 'epoch_0001.npz').write_bytes(b'the user\'s labels')
+    (outside / 'rounds.json').write_text('[]')
+    (run / 'pseudo_labels').symlink_to(outside)
+    (run / 'epoch_9.pth').mkdir()
+    (run / 'epoch_9.pth' / 'notes.txt').write_text('a user folder with a checkpoint name')
+    for name in ('epoch_best_manual.pth', 'iter_notes.pth', 'epoch_3.pth.bak'):
+        (run / name).write_bytes(b'the user\'s')
+    (tmp_path / 'elsewhere.pth').write_bytes(b'the user\'s checkpoint')
+    (run / 'iter_5.pth').symlink_to(tmp_path / 'elsewhere.pth')
+    (run / 'epoch_7.pth').write_bytes(b'an earlier, longer run')
+    capsys.readouterr()
+    train_tool.main([path, '--overwrite'])
+    out = capsys.readouterr().out
+    assert f'--overwrite: deleted {run / "epoch_7.pth"}' in out
+    assert f'--overwrite: deleted {run / "epoch_1.pth"}' in out
+    assert f'--overwrite: left {run / "pseudo_labels"} (a link)' in out
+    assert f'--overwrite: left {run / "epoch_9.pth"} (a folder)' in out
+    assert f'--overwrite: left {run / "iter_5.pth"} (a link)' in out
+    assert not (run / 'epoch_7.pth').exists()
+    assert sorted(p.name for p in outside.iterdir()) == ['epoch_0001.npz', 'rounds.json']
+    assert (run / 'epoch_9.pth' / 'notes.txt').is_file()
+    for name in ('epoch_best_manual.pth', 'iter_notes.pth', 'epoch_3.pth.bak'):
+        assert (run / name).read_bytes() == b'the user\'s', name
+    assert (tmp_path / 'elsewhere.pth').read_bytes() == b'the user\'s checkpoint'
+
+    # The run's own pseudo-label folder: its rounds go, anything else in it stays.
+    (run / 'pseudo_labels').unlink()
+    (run / 'pseudo_labels').mkdir()
+    for name in ('epoch_0000.npz', 'epoch_0001.npz', 'rounds.json', 'plot.png'):
+        (run / 'pseudo_labels' / name).write_bytes(b'')
+    (run / 'epoch_9.pth' / 'notes.txt').unlink()
+    (run / 'epoch_9.pth').rmdir()
+    train_tool.main([path, '--overwrite'])
+    assert sorted(p.name for p in (run / 'pseudo_labels').iterdir()) == ['plot.png']
+
+
+def _start_training(path: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS='1',
+               PYTHONPATH=os.pathsep.join([REPO, os.environ.get('PYTHONPATH', '')]))
+    return subprocess.Popen([sys.executable, osp.join(REPO, 'tools', 'train.py'), path, *args],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_second_run_in_a_held_work_dir_is_refused_and_a_killed_run_frees_it(tmp_path):
+    path = digits_config_file(tmp_path, max_epochs=500)
+    run = tmp_path / 'run'
+    first = _start_training(path)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run / LOCK_NAME).is_file() and (run / LOCK_NAME).read_text()):
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()[-3000:]
+            time.sleep(0.2)
+        assert not list(run.glob('epoch_*.pth')), 'the first run is still in its first epoch'
+        for argv in ([path], [path, '--overwrite'], [path, '--resume', 'auto']):
+            message = train_error(*argv)
+            assert f'{run} is in use by another run (pid {first.pid} on ' in message, message
+            assert 'train.py' in message and '--work-dir' in message
+        assert first.poll() is None, 'the first run goes on'
+    finally:
+        first.kill()
+        first.wait()
+    # The kill released the lock: the same work dir is taken at once.
+    train_tool.main([path, '--resume', 'auto', '--cfg-options', 'train_cfg.max_epochs=1'])
+    assert (run / 'epoch_1.pth').is_file()
+
+
+def test_resume_auto_starts_or_continues_and_a_requeued_job_continues(tmp_path, capsys, monkeypatch):
+    path = digits_config_file(tmp_path, max_epochs=1)
+    run = tmp_path / 'run'
+    train_tool.main([path, '--resume', 'auto'])
+    assert 'holds no run yet; starting it' in capsys.readouterr().out
+    train_tool.main([path, '--resume', 'auto', '--cfg-options', 'train_cfg.max_epochs=2'])
+    assert torch.load(run / 'epoch_2.pth', weights_only=False)['meta']['epoch'] == 2
+    assert 'holds no run yet' not in capsys.readouterr().out
+
+    # A requeued job runs its first command again: --overwrite would delete the run, and a
+    # --resume CKPT would go back to CKPT. It continues from the latest checkpoint instead.
+    monkeypatch.setenv('SLURM_RESTART_COUNT', '1')
+    train_tool.main([path, '--overwrite', '--cfg-options', 'train_cfg.max_epochs=3'])
+    assert 'requeued job (restart 1): continuing the run' in capsys.readouterr().out
+    assert (run / 'epoch_2.pth').is_file(), 'nothing was deleted'
+    assert torch.load(run / 'epoch_3.pth', weights_only=False)['meta']['epoch'] == 3
+    third = (run / 'epoch_3.pth').read_bytes()
+    train_tool.main([path, '--resume', str(run / 'epoch_1.pth'), '--cfg-options', 'train_cfg.max_epochs=4'])
+    assert f'instead of --resume {run / "epoch_1.pth"}' in capsys.readouterr().out
+    assert (run / 'epoch_3.pth').read_bytes() == third, 'epochs 2 and 3 are not trained again'
+    assert torch.load(run / 'epoch_4.pth', weights_only=False)['meta']['epoch'] == 4
+    monkeypatch.setenv('SLURM_RESTART_COUNT', '2')  # a requeue before the first checkpoint: a start
+    train_tool.main([path, '--work-dir', str(tmp_path / 'other')])
+    assert (tmp_path / 'other' / 'epoch_1.pth').is_file()
+
+
 # ------------------------------------------------------------------------- resume from the work dir
 def _checkpoints(folder, *names) -> None:
     folder.mkdir(parents=True, exist_ok=True)
@@ -72,6 +176,12 @@ def test_resume_checkpoint_prefers_the_work_dirs_own_files(tmp_path):
     (copy / 'last_checkpoint').unlink()
     assert resume_checkpoint(str(copy))[0] == str(copy / 'epoch_10.pth')
     assert resume_checkpoint(str(tmp_path / 'empty')) == (None, None)
+
+    # CheckpointHook(out_dir=...) saves elsewhere: used, and named when used.
+    (copy / 'last_checkpoint').write_text(str(original / 'epoch_2.pth'))
+    (copy / 'epoch_2.pth').unlink()
+    path, note = resume_checkpoint(str(copy))
+    assert path == str(original / 'epoch_2.pth') and f'names {original / "epoch_2.pth"}, outside' in note
 
     _checkpoints(tmp_path / 'none')
     (tmp_path / 'none' / 'last_checkpoint').write_text(str(original / 'epoch_3.pth'))

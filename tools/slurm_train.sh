@@ -4,6 +4,9 @@
 # Environment: GPUS (total tasks, default 8), GPUS_PER_NODE (default 8), CPUS_PER_TASK (default 5),
 # SRUN_ARGS (extra srun arguments). GPUS_PER_NODE=0: CPU tasks over gloo, TASKS_PER_NODE (default 1)
 # of them per node.
+# Requeue-safe: run it from a batch script submitted with `sbatch --requeue`; when SLURM starts the
+# job again after a pre-emption (SLURM_RESTART_COUNT >= 1), train.py continues the work dir's run as
+# `--resume auto` does, losing at most the epoch in flight.
 set -euo pipefail
 PARTITION=$1
 JOB_NAME=$2

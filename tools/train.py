@@ -1,5 +1,6 @@
 """Train a model from a config: one process (CPU or one GPU) or one process per GPU."""
 import argparse
+import contextlib
 import os
 import os.path as osp
 
@@ -9,8 +10,12 @@ from mmengine.runner import Runner
 from ifnd.engine import SafeLoadRunner
 from ifnd.engine.cli import (CfgOptionsAction, init_distributed_without_cuda, input_errors_as_messages,
                              runner_config)
-from ifnd.engine.work_dir import check_new_run, remove_run, run_files
+from ifnd.engine.work_dir import (check_new_run, hold_work_dir, holds_run, remove_run, requeue_count,
+                                  run_files)
 from ifnd.registry import RUNNERS
+
+# --resume without a value: the latest checkpoint in the work dir, refused where there is none.
+LATEST = 'latest'
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -19,9 +24,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('config', help='config file, e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
     parser.add_argument('--work-dir', help='folder for logs and checkpoints '
                         '(default: work_dirs/<config name>)')
-    parser.add_argument('--resume', nargs='?', type=str, const='auto',
-                        help='resume from CKPT, or from the latest checkpoint in the work dir '
-                        'when no path is given')
+    parser.add_argument('--resume', nargs='?', type=str, const=LATEST, metavar='CKPT|auto',
+                        help='resume from CKPT; without a value, from the latest checkpoint in the '
+                        'work dir; "auto": continue the work dir\'s run where it holds one, start '
+                        'otherwise (for jobs that are started again after pre-emption)')
     parser.add_argument('--overwrite', action='store_true',
                         help='start a new run in a work dir that holds one: first delete its '
                         'checkpoints, last_checkpoint and pseudo labels (logs stay); without it '
@@ -40,7 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     """The config with the command line applied."""
-    return runner_config(args.config, args.work_dir, args.resume, args.amp, args.cfg_options,
+    # runner_config's 'auto' is the latest checkpoint; --resume auto is settled in prepare_work_dir.
+    resume = {LATEST: 'auto', 'auto': None}.get(args.resume, args.resume)
+    return runner_config(args.config, args.work_dir, resume, args.amp, args.cfg_options,
                          args.launcher)
 
 
@@ -51,27 +59,50 @@ def optimizer_options(cfg_options: dict | None) -> tuple[str, ...]:
                  if key.startswith(prefix) and '.' not in key[len(prefix):] and key != prefix + 'type')
 
 
+def process_rank() -> str:
+    """This process's global rank as the launcher set it (before any process group exists)."""
+    return os.environ.get('RANK', os.environ.get('SLURM_PROCID',
+                                                 os.environ.get('OMPI_COMM_WORLD_RANK', '0')))
+
+
 def prepare_work_dir(cfg: Config, args: argparse.Namespace) -> None:
-    """Refuse a new run in a work dir that holds one; with --overwrite, delete that run's files."""
+    """Settle whether the run starts or continues; refuse a new run in a work dir that holds one,
+    and with --overwrite delete that run's files."""
+    work_dir = cfg.work_dir
+    if args.resume is not None and args.overwrite:
+        raise SystemExit('error: --overwrite starts the run over and --resume continues it: '
+                         'give one of them')
+    restarts = requeue_count()
+    if restarts and holds_run(work_dir) and args.resume != LATEST:
+        # The scheduler started the same command again after a pre-emption: continue, never
+        # start over (--overwrite) or go back to the checkpoint the first start named.
+        given = ' '.join(f for f, on in (('--overwrite', args.overwrite),
+                                         (f'--resume {args.resume}', args.resume not in (None, 'auto')))
+                         if on)
+        print(f'requeued job (restart {restarts}): continuing the run in {work_dir}'
+              + (f' instead of {given}' if given else ''), flush=True)
+        args.resume, args.overwrite = 'auto', False
+    if args.resume == 'auto':
+        if holds_run(work_dir):
+            cfg.resume, cfg.load_from = True, None  # the work dir's latest checkpoint
+        else:
+            print(f'--resume auto: {work_dir} holds no run yet; starting it', flush=True)
+        return
     if args.resume is not None:
-        if args.overwrite:
-            raise SystemExit('error: --overwrite starts the run over and --resume continues it: '
-                             'give one of them')
         return
     if not args.overwrite:
-        check_new_run(cfg.work_dir)
+        check_new_run(work_dir)
         return
     load_from = cfg.get('load_from')
-    if load_from and osp.realpath(load_from) in {osp.realpath(p) for p in run_files(cfg.work_dir)}:
+    if load_from and osp.realpath(load_from) in {osp.realpath(p) for p in run_files(work_dir)}:
         raise SystemExit(f'error: --overwrite would delete {load_from}, the checkpoint load_from '
-                         f'names: copy it out of {cfg.work_dir} first, or use another --work-dir')
-    rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID',
-                                                 os.environ.get('OMPI_COMM_WORLD_RANK', '0')))
-    if rank == '0':  # one process deletes; the others' runs start empty all the same
-        removed = remove_run(cfg.work_dir)
-        if removed:
-            print(f'--overwrite: deleted the earlier run in {cfg.work_dir} ({len(removed)} files: '
-                  'checkpoints, last_checkpoint, pseudo labels)', flush=True)
+                         f'names: copy it out of {work_dir} first, or use another --work-dir')
+    if process_rank() == '0':  # one process deletes; the others' runs start empty all the same
+        removed, left = remove_run(work_dir)
+        for path in removed:
+            print(f'--overwrite: deleted {path}', flush=True)
+        for entry in left:
+            print(f'--overwrite: left {entry}: not a file a run writes', flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,12 +110,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with input_errors_as_messages():
         cfg = build_config(args)
-        prepare_work_dir(cfg, args)
-        init_distributed_without_cuda(cfg, args.cfg_options)  # CPU processes over gloo
-        runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
-        if isinstance(runner, SafeLoadRunner):  # --resume: these values win over the checkpoint's
-            runner.resume_optimizer_keys = optimizer_options(args.cfg_options)
-        runner.train()
+        # One run per work dir, held from before its checks to its end (rank 0 holds it for all).
+        holding = hold_work_dir(cfg.work_dir) if process_rank() == '0' else contextlib.nullcontext()
+        with holding:
+            prepare_work_dir(cfg, args)
+            init_distributed_without_cuda(cfg, args.cfg_options)  # CPU processes over gloo
+            runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+            if isinstance(runner, SafeLoadRunner):  # --resume: these values win over the checkpoint's
+                runner.resume_optimizer_keys = optimizer_options(args.cfg_options)
+            runner.train()
     last = osp.join(runner.work_dir, f'epoch_{runner.epoch}.pth')
     if osp.isfile(last):
         runner.logger.info(f'Checkpoint: {osp.abspath(last)}')

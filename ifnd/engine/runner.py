@@ -9,7 +9,7 @@ from mmengine.optim import OptimWrapper
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint_to_model
 
-from ifnd.engine.work_dir import resume_checkpoint
+from ifnd.engine.work_dir import resume_checkpoint, run_folders
 from ifnd.fileio import TEMP_PREFIX, check_state_fits, config_to_data, read_checkpoint
 from ifnd.registry import RUNNERS
 
@@ -119,11 +119,12 @@ class SafeLoadRunner(Runner):
         return loop
 
     def _remove_unfinished_writes(self) -> None:
-        # Checkpoints in the work dir, pseudo labels and summaries one folder down.
-        for path in glob.glob(os.path.join(self.work_dir, TEMP_PREFIX + '*')) + \
-                glob.glob(os.path.join(self.work_dir, '*', TEMP_PREFIX + '*')):
-            os.unlink(path)
-            self.logger.info(f'Removed {path}, left by a run stopped while writing it')
+        # Checkpoints in the work dir, pseudo labels and summaries one folder down; plain files only.
+        for path in sorted(path for folder in run_folders(self.work_dir)
+                           for path in glob.glob(os.path.join(glob.escape(folder), TEMP_PREFIX + '*'))):
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.unlink(path)
+                self.logger.info(f'Removed {path}, left by a run stopped while writing it')
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]):  # noqa: B006 (mmengine's API)

@@ -1,24 +1,82 @@
-"""A work dir's run: the files a training run leaves there, and the checkpoint ``--resume`` takes."""
-import glob
+"""A work dir's run: the files a training run writes there, the lock a running one holds, and the
+checkpoint ``--resume`` takes."""
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
 import os
 import re
-import shutil
+import socket
+import stat
+import sys
+from collections.abc import Iterator
 
-# A work dir holds a run when it has a checkpoint or last_checkpoint: a new run there would
-# overwrite them and the pseudo labels one folder down. mmengine's timestamped log folders do not
-# count, nor do the first round's pseudo labels of a run stopped before its first checkpoint (it
-# is started again without --resume).
+# The exact names a training run writes: checkpoints and last_checkpoint in the work dir, every
+# round's pseudo labels and their summary one folder down. A work dir holds a run when it has a
+# checkpoint or last_checkpoint; mmengine's timestamped log folders do not count, nor do the first
+# round's pseudo labels of a run stopped before its first checkpoint (it is started again).
 CHECKPOINT_NAME = re.compile(r'^(epoch|iter)_(\d+)\.pth$')
-RUN_CHECKPOINTS = ('last_checkpoint', 'epoch_*.pth', 'iter_*.pth')
-RUN_LABELS = (os.path.join('pseudo_labels', 'epoch_*.npz'), os.path.join('pseudo_labels', 'rounds.json'))
+LAST_CHECKPOINT = 'last_checkpoint'
+LABELS_FOLDER = 'pseudo_labels'
+LABELS_NAME = re.compile(r'^(epoch_\d+\.npz|rounds\.json)$')
+LOCK_NAME = '.run.lock'
+
+
+def _sort_key(name: str) -> tuple:
+    """Checkpoints by kind and number (epoch_2 before epoch_10), other names after them."""
+    match = CHECKPOINT_NAME.match(name)
+    return (0, match.group(1), int(match.group(2))) if match else (1, name, 0)
+
+
+def _regular_file(path: str) -> bool:
+    """A plain file, not a link, folder or device: the only kind a run writes."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def run_folders(work_dir: str) -> list[str]:
+    """The folders a run writes in: the work dir and its own ``pseudo_labels`` (never through a link)."""
+    own = _labels_folder(work_dir)
+    return [work_dir] + ([own] if own else [])
+
+
+def _labels_folder(work_dir: str) -> str | None:
+    """The work dir's own pseudo-label folder; None where it is missing, a link or not a folder."""
+    folder = os.path.join(work_dir, LABELS_FOLDER)
+    try:
+        return folder if stat.S_ISDIR(os.lstat(folder).st_mode) else None
+    except OSError:
+        return None
+
+
+def _run_like_entries(work_dir: str, labels: bool) -> list[tuple[str, bool]]:
+    """Entries named as a run's files, each with whether it is one (a plain file in the work dir's own
+    folders); links, folders and files under a linked ``pseudo_labels`` are named but not the run's."""
+    found = []
+    names = os.listdir(work_dir) if os.path.isdir(work_dir) else []
+    for name in sorted(names, key=_sort_key):
+        if name == LAST_CHECKPOINT or CHECKPOINT_NAME.match(name):
+            path = os.path.join(work_dir, name)
+            found.append((path, _regular_file(path)))
+    if labels:
+        folder = os.path.join(work_dir, LABELS_FOLDER)
+        own = _labels_folder(work_dir)
+        if own is None and os.path.lexists(folder):
+            found.append((folder, False))  # a link is never followed, a file is not a run's
+        for name in sorted(os.listdir(own)) if own else []:
+            if LABELS_NAME.match(name):
+                path = os.path.join(own, name)
+                found.append((path, _regular_file(path)))
+    return found
 
 
 def run_files(work_dir: str, labels: bool = True) -> list[str]:
-    """The files a training run left in ``work_dir``: ``last_checkpoint``, checkpoints, pseudo labels."""
-    found = []
-    for pattern in RUN_CHECKPOINTS + (RUN_LABELS if labels else ()):
-        found += sorted(glob.glob(os.path.join(glob.escape(work_dir), pattern)))
-    return found
+    """The files a training run wrote in ``work_dir``: ``last_checkpoint``, ``epoch_N.pth``,
+    ``iter_N.pth`` and, with ``labels``, ``pseudo_labels/epoch_N.npz`` and ``rounds.json``."""
+    return [path for path, own in _run_like_entries(work_dir, labels) if own]
 
 
 def check_new_run(work_dir: str) -> None:
@@ -33,15 +91,72 @@ def check_new_run(work_dir: str) -> None:
             'checkpoints and pseudo labels)')
 
 
-def remove_run(work_dir: str) -> list[str]:
-    """Delete an earlier run's files in ``work_dir`` (:func:`run_files`; logs stay); the paths deleted."""
-    found = run_files(work_dir)
-    for path in found:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
+def remove_run(work_dir: str) -> tuple[list[str], list[str]]:
+    """Delete an earlier run's files in ``work_dir`` (:func:`run_files`: plain files under the names a
+    run writes; logs stay); the paths deleted, and those left that only look like them (why, each)."""
+    removed, left = [], []
+    for path, own in _run_like_entries(work_dir, labels=True):
+        if own:
             os.unlink(path)
-    return found
+            removed.append(path)
+        else:
+            kind = ('a link' if os.path.islink(path) else 'a folder' if os.path.isdir(path)
+                    else 'not a plain file')
+            left.append(f'{path} ({kind})')
+    return removed, left
+
+
+def holds_run(work_dir: str) -> bool:
+    """Whether ``work_dir`` holds a run to continue: a checkpoint or ``last_checkpoint``."""
+    return bool(run_files(work_dir, labels=False))
+
+
+def requeue_count() -> int:
+    """How often the scheduler has requeued this job (SLURM's ``SLURM_RESTART_COUNT``; 0 elsewhere)."""
+    value = os.environ.get('SLURM_RESTART_COUNT', '')
+    return int(value) if value.isdigit() else 0
+
+
+def _holder(lock_path: str) -> str:
+    """Who holds a work dir, as its lock file says."""
+    try:
+        with open(lock_path, encoding='utf-8') as f:
+            info = json.loads(f.read(4096))
+        return (f'pid {int(info["pid"])} on {str(info["host"])[:64]}, started '
+                f'{str(info["started"])[:32]}: {str(info["command"])[:300]}')
+    except (OSError, ValueError, KeyError, TypeError):
+        return 'its lock file does not say which'
+
+
+@contextlib.contextmanager
+def hold_work_dir(work_dir: str) -> Iterator[None]:
+    """Hold ``work_dir`` for this run while the block runs; refuse it while another run holds it.
+
+    An advisory lock (``flock``) on ``work_dir/.run.lock``, which also names its holder: the system
+    releases it when the holding process ends, however it ends, so a killed run never leaves its
+    work dir held. (``filelock`` truncates the file on every attempt, which would erase the name.)
+    """
+    os.makedirs(work_dir, exist_ok=True)
+    path = os.path.join(work_dir, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise OSError(f'cannot lock {path} ({err.strerror}): the file system of {work_dir} '
+                              'does not support locks; choose another --work-dir') from err
+            raise FileExistsError(
+                f'{work_dir} is in use by another run ({_holder(path)}); wait for it to end or stop '
+                'it, or choose another --work-dir') from None
+        info = dict(pid=os.getpid(), host=socket.gethostname(),
+                    started=datetime.datetime.now().isoformat(timespec='seconds'),
+                    command=' '.join([os.path.basename(sys.executable)] + sys.argv))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def newest_checkpoint(work_dir: str) -> str | None:
@@ -96,7 +211,9 @@ def resume_checkpoint(work_dir: str) -> tuple[str | None, str | None]:
         return own, (f'last_checkpoint names {named}, outside {work_dir} (the work dir was copied '
                      f'or moved): resuming from its own {own}' if moved else None)
     if os.path.isfile(named):  # CheckpointHook(out_dir=...) saves outside the work dir
-        return named, None
+        inside = os.path.dirname(os.path.realpath(named)) == os.path.realpath(work_dir)
+        return named, (None if inside else f'last_checkpoint in {work_dir} names {named}, outside '
+                       'the work dir: resuming from it (pass --resume PATH to choose another)')
     if newest:
         return newest, (f'last_checkpoint names {named}, which does not exist: resuming from the '
                         f'newest checkpoint in {work_dir}, {newest}')
