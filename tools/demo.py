@@ -7,6 +7,7 @@ import time
 
 from mmengine.config import Config
 
+from ifnd.engine.work_dir import hold_work_dir
 from ifnd.registry import RUNNERS
 
 DEMO_CONFIG = 'configs/ifnd/ifnd_r18_demo_fmnist.py'
@@ -51,8 +52,9 @@ def main() -> None:
     print(f'>> IFND demo: {args.config} on Fashion-MNIST from {data_root}, work dir {args.work_dir}',
           flush=True)
     start = time.perf_counter()
-    runner = RUNNERS.build(cfg)
-    runner.train()
+    with hold_work_dir(cfg.work_dir):  # a second demo at the same time is refused, naming the first
+        runner = RUNNERS.build(cfg)
+        runner.train()
     knn = list(runner.message_hub.get_scalar('knn/top1').data[0])
     with open(osp.join(runner.work_dir, 'pseudo_labels', 'rounds.json')) as f:
         rounds = json.load(f)
