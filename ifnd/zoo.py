@@ -13,8 +13,8 @@ before an entry's own sources: an ``http(s)://`` or ``file://`` base URL, or a p
 holding the files by name.
 """
 import argparse
+import contextlib
 import datetime
-import glob
 import hashlib
 import http.client
 import json
@@ -24,9 +24,10 @@ import re
 import shutil
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import yaml
@@ -41,6 +42,10 @@ RECORD_SUFFIX = '.verified.json'
 HUB_CACHE = '.hub'
 
 
+class PermanentError(OSError):
+    """A source's answer that a retry would repeat (no such file, a web page, too big)."""
+
+
 class ChecksumError(RuntimeError):
     """A downloaded file whose checksum differs from the index or from the first download's."""
 
@@ -49,12 +54,24 @@ class UnverifiedError(RuntimeError):
     """An entry whose authors publish no checksum, asked for without ``trust=True``."""
 
 
-class OversizeError(OSError):
+class OversizeError(PermanentError):
     """A download that sends more bytes than the index allows for its entry."""
 
 
-class WebPageError(OSError):
+class WebPageError(PermanentError):
     """A URL that serves a web page (HTML) instead of the checkpoint; retrying does not help."""
+
+
+class SizeError(PermanentError):
+    """A source that sent a whole file of another size than the index's ``size``."""
+
+
+class SourceNotFoundError(PermanentError):
+    """A source that answers that the file, its repository or its commit does not exist."""
+
+
+class CacheLinkError(RuntimeError):
+    """A path in the zoo's cache that is a link leading out of it: nothing is written through it."""
 
 
 def _looks_like_html(head: bytes) -> bool:
@@ -79,12 +96,17 @@ REQUIRED_FIELDS = ('name', 'file')
 # How a file can be verified: field -> (algorithm, fewest and most hex digits).
 CHECKSUM_FIELDS = {'sha256': ('sha256', 64, 64), 'sha256_prefix': ('sha256', 8, 63),
                    'md5_prefix': ('md5', 8, 31)}
-# An entry's ``file`` is a plain name inside the cache: no folders, no '..', nothing unusual.
+# An entry's ``name`` and ``file`` are plain names: a file inside the cache, a command-line word.
 FILE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._+-]{0,254}')
+PLAIN_NAME_WORDS = ("letters, digits, '.', '_', '+', '-', starting with a letter or digit, at most "
+                    "255 characters; no spaces, folders or absolute path")
 HEX = re.compile(r'[0-9a-f]+')
-# A Hub file at a pinned commit: hf://ORG/REPO/FILE@COMMIT.
-HF_SOURCE = re.compile(r'hf://(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)/'
-                       r'(?P<file>[^/@]+)@(?P<revision>[0-9a-f]{40})')
+# 1 TiB: a larger ``size`` or ``max_size`` is a typo, and would read as a download cut short.
+MAX_SIZE = 2**40
+# A Hub model repository and a Hub file at a pinned commit: hf://ORG/REPO/FILE@COMMIT.
+HUB_REPO = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*')
+HF_SOURCE = re.compile(rf'hf://(?P<repo>{HUB_REPO.pattern})/(?P<file>[^/@]+)'
+                       r'@(?P<revision>[0-9a-f]{40})')
 
 
 class ZooIndexError(ValueError):
@@ -97,8 +119,21 @@ def _entry_error(path: str, entry, field: str, problem: str) -> ZooIndexError:
     return ZooIndexError(f'model zoo index {path}: {which}: field {field!r} {problem}; fix the index')
 
 
-def _plain_file_name(file: str) -> bool:
-    return bool(FILE_NAME.fullmatch(file)) and file not in ('.', '..')
+def plain_name(value: object) -> bool:
+    """Whether a value is a plain name, as an entry's ``name`` and ``file`` must be."""
+    return isinstance(value, str) and bool(FILE_NAME.fullmatch(value)) and value not in ('.', '..')
+
+
+def source_problem(url: str) -> str | None:
+    """What makes a download source unusable in an index entry, or None when it is usable."""
+    if url.startswith('hf://'):
+        match = HF_SOURCE.fullmatch(url)
+        if not match or not plain_name(match['file']):
+            return (f'{url!r} is not hf://ORG/REPO/FILE@COMMIT with a plain file name and a pinned '
+                    '40-hex-digit commit')
+    elif urllib.parse.urlsplit(url).scheme not in ('http', 'https', 'file'):
+        return f'{url!r} is not an http(s)://, file:// or hf:// URL'
+    return None
 
 
 def check_entry(entry, path: str = 'the index') -> dict:
@@ -110,11 +145,13 @@ def check_entry(entry, path: str = 'the index') -> dict:
         if not isinstance(entry.get(field), str) or not entry[field]:
             raise _entry_error(path, entry, field, 'is missing' if field not in entry
                                else f'must be a non-empty string, not {entry[field]!r}')
+    if not plain_name(entry['name']):
+        raise _entry_error(path, entry, 'name', f'{entry["name"]!r} is not a plain name '
+                           f'({PLAIN_NAME_WORDS}), as commands and file names need')
     file = entry['file']
-    if not _plain_file_name(file):
-        raise _entry_error(path, entry, 'file', f'{file!r} is not a plain file name (letters, '
-                           "digits, '.', '_', '+', '-'; no folders, no absolute path), so it could "
-                           'point outside the download folder')
+    if not plain_name(file):
+        raise _entry_error(path, entry, 'file', f'{file!r} is not a plain file name '
+                           f'({PLAIN_NAME_WORDS}), so it could point outside the download folder')
     checks = [field for field in CHECKSUM_FIELDS if field in entry]
     if not checks and entry.get('checksum') != 'none':
         raise _entry_error(path, entry, 'sha256', 'is missing (give sha256, or sha256_prefix or '
@@ -128,28 +165,25 @@ def check_entry(entry, path: str = 'the index') -> dict:
             raise _entry_error(path, entry, field, f'must be {digits} lower-case hex digits')
     for field in ('size', 'max_size'):
         size = entry.get(field)
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-            raise _entry_error(path, entry, field, f'must be a byte count, not {size!r}')
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool)
+                                 or not 0 <= size <= MAX_SIZE):
+            raise _entry_error(path, entry, field, f'must be a byte count from 0 to {MAX_SIZE} '
+                               f'(1 TiB), not {size!r}')
     urls = entry.get('urls')
     if urls is not None and (not isinstance(urls, list) or not all(isinstance(u, str) for u in urls)):
         raise _entry_error(path, entry, 'urls', 'must be a list of URLs')
     for url in urls or []:
-        if url.startswith('hf://'):
-            match = HF_SOURCE.fullmatch(url)
-            if not match or not _plain_file_name(match['file']):
-                raise _entry_error(path, entry, 'urls', f'{url!r} is not hf://ORG/REPO/FILE@COMMIT '
-                                   'with a plain file name and a pinned 40-hex-digit commit')
-        elif urllib.parse.urlsplit(url).scheme not in ('http', 'https', 'file'):
-            raise _entry_error(path, entry, 'urls', f'{url!r} is not an http(s)://, file:// or '
-                               'hf:// URL')
+        problem = source_problem(url)
+        if problem:
+            raise _entry_error(path, entry, 'urls', problem)
     if urls and entry.get('size') is None and entry.get('max_size') is None:
         raise _entry_error(path, entry, 'size', 'is missing: a download needs the byte count '
                            '(size) or, when it is not published, a bound (max_size)')
     return entry
 
 
-def _index(path: str | None = None) -> dict[str, dict]:
-    path = path or os.environ.get('IFND_ZOO_INDEX', INDEX_PATH)
+def read_index_file(path: str) -> object:
+    """The YAML content of a zoo index file, unchecked (see :func:`check_index`)."""
     if not osp.isfile(path):
         raise FileNotFoundError(f'model zoo index not found: {path}')
     with open(path, encoding='utf-8') as f:
@@ -161,6 +195,11 @@ def _index(path: str | None = None) -> dict[str, dict]:
             problem = getattr(err, 'problem', None) or str(err).splitlines()[0]
             raise ZooIndexError(f'model zoo index {path} is not valid YAML{where}: {problem}; '
                               'fix the file') from None
+    return content
+
+
+def check_index(content: object, path: str = 'the index') -> dict[str, dict]:
+    """A zoo index's entries by name, once the content and every entry pass :func:`check_entry`."""
     content = {} if content is None else content
     if not isinstance(content, dict):
         raise ZooIndexError(f'model zoo index {path} holds a {type(content).__name__}, not a mapping '
@@ -176,6 +215,11 @@ def _index(path: str | None = None) -> dict[str, dict]:
             raise _entry_error(path, entry, 'name', 'is used by two entries')
         index[entry['name']] = entry
     return index
+
+
+def _index(path: str | None = None) -> dict[str, dict]:
+    path = path or os.environ.get('IFND_ZOO_INDEX', INDEX_PATH)
+    return check_index(read_index_file(path), path)
 
 
 def list_models() -> list[str]:
@@ -292,6 +336,10 @@ def _sources(entry: dict) -> list[str]:
     return sources + list(entry.get('urls') or [])
 
 
+def _not_found(name: str, source: str, what: str, fix: str) -> SourceNotFoundError:
+    return SourceNotFoundError(f'{name}: {source}: {what}; {fix}')
+
+
 def _fetch(name: str, source: str, part: str, size: int | None, limit: int | None, progress: bool,
            timeout: float) -> None:
     """Copy one source into ``part``, continuing a partial file over HTTP when the server allows.
@@ -301,13 +349,15 @@ def _fetch(name: str, source: str, part: str, size: int | None, limit: int | Non
     """
     if '://' not in source:
         if not osp.isfile(source):
-            raise FileNotFoundError(f'mirror file not found: {source}')
+            raise _not_found(name, source, 'no such file in the IFND_ZOO_URL folder',
+                             f'put {osp.basename(source)} there, or unset IFND_ZOO_URL')
         if limit is not None and osp.getsize(source) > limit:
             raise _oversize_error(name, source, limit, osp.getsize(source), announced=True)
         shutil.copyfile(source, part)
         return
     done = osp.getsize(part) if osp.exists(part) else 0
     request = urllib.request.Request(source, headers={'Range': f'bytes={done}-'} if done else {})
+    announced = start = None  # the body's announced length, and where in the file it starts
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             content_type = (response.headers.get('Content-Type') or '').split(';')[0].strip().lower()
@@ -315,10 +365,11 @@ def _fetch(name: str, source: str, part: str, size: int | None, limit: int | Non
                 raise _web_page_error(source, f'Content-Type {content_type}')
             resumed = done and getattr(response, 'status', 200) == 206
             mode = 'ab' if resumed else 'wb'
-            received = done if resumed else 0
+            received = start = done if resumed else 0
             length = response.headers.get('Content-Length') or ''
-            if limit is not None and length.isdigit() and received + int(length) > limit:
-                raise _oversize_error(name, source, limit, received + int(length), announced=True)
+            announced = int(length) if length.isdigit() else None
+            if limit is not None and announced is not None and received + announced > limit:
+                raise _oversize_error(name, source, limit, received + announced, announced=True)
             with open(part, mode) as f, tqdm(total=size, initial=received, unit='B',
                                              unit_scale=True, desc=osp.basename(part)[:-5],
                                              disable=not progress, file=sys.stderr) as bar:
@@ -329,6 +380,11 @@ def _fetch(name: str, source: str, part: str, size: int | None, limit: int | Non
                         raise _oversize_error(name, source, limit, limit + 1)
                     f.write(block)
                     bar.update(len(block))
+    except urllib.error.HTTPError as err:
+        if err.code in (404, 410):  # the same answer on every retry
+            raise _not_found(name, source, f'HTTP {err.code} {err.reason}: no such file there',
+                             "fix the URL (the entry's urls in the index, or IFND_ZOO_URL)") from None
+        raise
     except OversizeError:
         if osp.exists(part):
             os.unlink(part)
@@ -339,6 +395,10 @@ def _fetch(name: str, source: str, part: str, size: int | None, limit: int | Non
             os.unlink(part)  # a page, not the start of the file: never resume from it
             raise _web_page_error(source, f'{received} bytes of HTML')
     if size is not None and received < size:
+        if announced is not None and received - start == announced:
+            os.unlink(part)  # the whole file as the server announced it: the index's size is wrong
+            raise SizeError(f'{name}: {source} sent the whole file, {received} bytes, but the '
+                            f'index says size {size}; fix the size in the index entry (or the URL)')
         # A dropped connection can end the body early without an error: keep the partial file.
         raise ConnectionError(f'connection closed after {received} of {size} bytes')
 
@@ -360,27 +420,103 @@ def _capped_progress(name: str, source: str, limit: int | None, progress: bool) 
     return CappedProgress
 
 
+def _inside(path: str, root: str) -> str:
+    """``path``, refused when it is, or passes through, a link leading out of ``root``."""
+    real, top = osp.realpath(path), osp.realpath(root)
+    if not real.startswith(top.rstrip(os.sep) + os.sep):
+        raise CacheLinkError(
+            f'{path} is a link to {real}, outside the cache {top}: refused, nothing is deleted, '
+            f'moved or written through it; remove the link (rm {path} removes the link, not '
+            f'{real}) and download again')
+    return path
+
+
+def _refuse_links_out(root: str) -> None:
+    """Refuse a folder holding a link that leads out of it, at any depth."""
+    for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
+        for entry in dirs + files:
+            if osp.islink(osp.join(folder, entry)):
+                _inside(osp.join(folder, entry), root)
+
+
+@contextlib.contextmanager
+def _no_hub_telemetry() -> Iterator[None]:
+    """``huggingface_hub`` calls that send no telemetry; the process's setting is restored after.
+
+    With telemetry on, every call (a cached file's too) builds a user agent that fetches the
+    library's agent registry from its default endpoint, another host than the source's.
+    """
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_DISABLE_TELEMETRY
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_DISABLE_TELEMETRY = before
+
+
+def _hub_not_found(name: str, source: str, err: OSError) -> SourceNotFoundError | None:
+    """A Hub answer that the repository, commit or file does not exist, named as such; else None."""
+    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
+                                        LocalEntryNotFoundError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+
+    if isinstance(err, LocalEntryNotFoundError):  # wraps what the Hub answered, if it answered
+        err = err.__cause__
+    match = HF_SOURCE.fullmatch(source)
+    fix = "fix the entry's urls in the index"
+    if isinstance(err, GatedRepoError):
+        return _not_found(name, source, f'the Hub repository {match["repo"]} is gated',
+                          'accept its terms on the Hub, then log in (hf auth login, or HF_TOKEN)')
+    if isinstance(err, RepositoryNotFoundError):
+        return _not_found(name, source, f'the Hub has no repository {match["repo"]}, or it is '
+                          'private (repository not found)', f'{fix}, or log in (hf auth login, '
+                          'or HF_TOKEN) if it is private')
+    if isinstance(err, RevisionNotFoundError):
+        return _not_found(name, source, f'{match["repo"]} has no commit {match["revision"]} '
+                          '(revision not found)', fix)
+    if isinstance(err, EntryNotFoundError):
+        return _not_found(name, source, f'{match["repo"]} has no file {match["file"]} at commit '
+                          f'{match["revision"]} (entry not found)', fix)
+    response = getattr(err, 'response', None) if isinstance(err, HfHubHTTPError) else None
+    if response is not None and response.status_code in (404, 410):
+        return _not_found(name, source, f'HTTP {response.status_code}: not found on the Hub', fix)
+    return None
+
+
 def _fetch_hub(name: str, source: str, folder: str, limit: int | None, progress: bool,
                timeout: float) -> str:
     """A Hub file downloaded (cached, resumed) by ``huggingface_hub``; the path of its blob."""
     from huggingface_hub import hf_hub_download
 
     match = HF_SOURCE.fullmatch(source)
-    hub_cache = osp.join(folder, HUB_CACHE)
+    hub_cache = _inside(osp.join(folder, HUB_CACHE), folder)
+    # huggingface_hub writes, moves and deletes through the paths of its cache.
+    _refuse_links_out(hub_cache)
     # HF_ENDPOINT read now, not when huggingface_hub was imported.
     kwargs = dict(repo_id=match['repo'], filename=match['file'], revision=match['revision'],
                   cache_dir=hub_cache, endpoint=os.environ.get('HF_ENDPOINT') or None,
                   etag_timeout=timeout)
-    planned = hf_hub_download(**kwargs, dry_run=True)
-    if limit is not None and planned.file_size is not None and planned.file_size > limit:
-        raise _oversize_error(name, source, limit, planned.file_size, announced=True)
     try:
-        path = hf_hub_download(**kwargs, tqdm_class=_capped_progress(name, source, limit, progress))
+        with _no_hub_telemetry():
+            planned = hf_hub_download(**kwargs, dry_run=True)
+            if limit is not None and planned.file_size is not None and planned.file_size > limit:
+                raise _oversize_error(name, source, limit, planned.file_size, announced=True)
+            path = hf_hub_download(**kwargs,
+                                   tqdm_class=_capped_progress(name, source, limit, progress))
     except OversizeError:
-        for partial in glob.glob(osp.join(hub_cache, '**', '*.incomplete'), recursive=True):
-            os.unlink(partial)
+        for partial_folder, _, files in os.walk(hub_cache):
+            for file in files:
+                if file.endswith('.incomplete'):
+                    os.unlink(osp.join(partial_folder, file))  # a link itself, never its target
         raise
-    blob = osp.realpath(path)
+    except OSError as err:
+        not_found = _hub_not_found(name, source, err)
+        if not_found is None:
+            raise
+        raise not_found from None
+    blob = osp.realpath(_inside(path, hub_cache))
     if osp.islink(path):
         os.unlink(path)  # the blob is moved into the zoo's folder or deleted: no dangling link
     if limit is not None and osp.getsize(blob) > limit:
@@ -396,15 +532,16 @@ def download(name: str, dir: str | None = None, progress: bool = True, retries: 
 
     Each source is tried in turn with ``retries`` attempts; an interrupted download resumes from
     its partial file. A file that fails verification (see :func:`verification`) is deleted, never
-    used. ``trust=True`` allows an entry whose authors publish no checksum.
+    used. ``trust=True`` allows an entry whose authors publish no checksum. A link in the cache
+    leading out of it is refused: nothing outside the cache is deleted, moved or written.
     """
     entry = info(name)
     folder = dir or cache_dir()
     os.makedirs(folder, exist_ok=True)
-    target = osp.join(folder, entry['file'])
-    if osp.dirname(osp.abspath(target)) != osp.abspath(folder):  # check_entry makes this impossible
-        raise ValueError(f'model zoo entry {name!r}: field file {entry["file"]!r} leaves {folder}')
-    record_path = target + RECORD_SUFFIX
+    # The file, its partial download and its record: plain names (check_entry), no links out.
+    target = _inside(osp.join(folder, entry['file']), folder)
+    record_path = _inside(target + RECORD_SUFFIX, folder)
+    part = _inside(target + '.part', folder)
     record = None if entry.get('sha256') else _read_record(record_path)
     unverifiable = not any(entry.get(f) for f in CHECKSUM_FIELDS) and record is None
     if unverifiable and not trust:
@@ -429,7 +566,6 @@ def download(name: str, dir: str | None = None, progress: bool = True, retries: 
                            f'directory) holding {entry["file"]}, or rebuild it with: '
                            f'{entry.get("reproduce", "see model_zoo/README.md")}')
     limit = entry['size'] if entry.get('size') is not None else entry.get('max_size')
-    part = target + '.part'
     errors = []
     for source in sources:
         for attempt in range(1, retries + 1):
@@ -439,7 +575,7 @@ def download(name: str, dir: str | None = None, progress: bool = True, retries: 
                 else:
                     _fetch(name, source, part, entry.get('size'), limit, progress, timeout)
                     fetched = part
-            except (WebPageError, OversizeError) as err:
+            except PermanentError as err:
                 errors.append(str(err))
                 break  # the same answer again on retry: the next source
             except (OSError, http.client.HTTPException) as err:

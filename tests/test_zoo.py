@@ -31,6 +31,7 @@ class _Server(http.server.ThreadingHTTPServer):
         self.html = None  # a Content-Type: answer every request with an HTML page under it
         self.hub = {}  # (repo, revision, file) -> bytes
         self.endless = False  # GET bodies repeat the file without Content-Length, until cut off
+        self.hub_error = None  # the X-Error-Code of a Hub 404 (EntryNotFound, ...); None: a bare 404
         self.sent = 0  # body bytes the endless mode got out
 
 
@@ -53,7 +54,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         key, data = self._hub_file()
         self.server.requests.append(('HEAD', self.path))
         if data is None:
-            self.send_error(404)
+            self.send_response(404)
+            if self.server.hub_error:
+                self.send_header('X-Error-Code', self.server.hub_error)
+            self.send_header('Content-Length', '0')
+            self.end_headers()
             return
         self.send_response(200)  # the headers huggingface_hub's get_hf_file_metadata reads
         self.send_header('X-Repo-Commit', key[1])
@@ -315,6 +320,13 @@ def test_index_file_outside_the_cache_is_never_written(published, tmp_path):
     ('models:\n- file: x.pth\n  sha256: abc\n', "an entry: field 'name' is missing"),
     ('models:\n- {name: x, file: x.pth, sha256: abc}\n', "field 'sha256' must be 64"),
     ('models:\n- {name: x, file: x.pth, sha256: "%s", size: big}\n' % ('0' * 64), "field 'size'"),
+    ('models:\n- {name: a/b, file: x.pth, checksum: none}\n', "entry 'a/b': field 'name' 'a/b' is not a plain name"),
+    ('models:\n- {name: r18 v2, file: x.pth, checksum: none}\n', "field 'name' 'r18 v2' is not a plain name"),
+    ('models:\n- {name: ../x, file: x.pth, checksum: none}\n', "field 'name' '../x' is not a plain name"),
+    *[('models:\n- {name: x, file: x.pth, checksum: none, %s: %s}\n' % (field, size),
+       f"entry 'x': field '{field}' must be a byte count from 0 to {2**40} (1 TiB), not {shown}")
+      for field in ('size', 'max_size')
+      for size, shown in ((10**30, 10**30), (-1, -1), ('true', True), (1.5, 1.5))],
 ])
 def test_malformed_index_is_one_line_naming_file_and_field(tmp_path, monkeypatch, text, expected):
     index = tmp_path / 'models.yaml'
@@ -534,16 +546,23 @@ class _FakeHfApi:
         return type('CommitInfo', (), {'oid': commit})()
 
 
-def test_publish_pushes_to_the_hub_and_indexes_the_pinned_commit(publication, zoo_env, tmp_path, monkeypatch):
-    import huggingface_hub
-    from test_checkpoint_layouts import _tool
+@pytest.fixture
+def trained(publication, tmp_path):
+    """The tiny SimCLR's model and a training checkpoint of it, as tools/train.py writes one."""
     model, _, _ = publication
-    server, _ = zoo_env
-    _FakeHfApi.server = server
-    monkeypatch.setattr(huggingface_hub, 'HfApi', _FakeHfApi)
     ckpt = tmp_path / 'epoch_1.pth'
     torch.save({'state_dict': model.state_dict(), 'meta': {'cfg': digits_config(
         str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5)).pretty_text}}, ckpt)
+    return model, ckpt
+
+
+def test_publish_pushes_to_the_hub_and_indexes_the_pinned_commit(trained, zoo_env, tmp_path, monkeypatch):
+    import huggingface_hub
+    from test_checkpoint_layouts import _tool
+    model, ckpt = trained
+    server, _ = zoo_env
+    _FakeHfApi.server = server
+    monkeypatch.setattr(huggingface_hub, 'HfApi', _FakeHfApi)
     index = tmp_path / 'models.yaml'
     _tool('publish_model').main([str(ckpt), '--name', 'tiny_hub', '--reproduce', 'x', '--out-dir',
                                  str(tmp_path / 'files'), '--index', str(index), '--push-to-hub', 'lab/ifnd'])
@@ -568,3 +587,85 @@ def test_the_repository_index_lists_the_published_baselines(monkeypatch):
         assert entry['published_in']['repository'] and len(entry['published_in']['commit']) == 40
         assert entry['metrics'][0]['reported_in'] and entry['urls']
     assert set(names) >= {'ifnd_r18half_8e_fmnist', 'simclr_r18half_8e_fmnist'}
+
+
+@pytest.mark.parametrize('flags, expected', [
+    (['--name', '../../escaped'], "--name '../../escaped' is not a plain name"),
+    (['--name', 'r18 v2'], "--name 'r18 v2' is not a plain name"),
+    (['--name', 'a/b'], "--name 'a/b' is not a plain name"),
+    (['--name', '.hidden'], "--name '.hidden' is not a plain name"),
+    (['--name', 'x' * 243], '--name is 243 characters long: .* a name of at most 242'),
+    (['--name', 'ok', '--url', 'ftp://host/x.pth'], "--url 'ftp://host/x.pth' is not an http"),
+    (['--name', 'ok', '--url', 'hf://lab/repo/x.pth@main'], '--url .* pinned 40-hex-digit commit'),
+    (['--name', 'ok', '--metric', 'knn', 'high', 'cmd'], "--metric knn 'high': the value is not a number"),
+])
+def test_publish_refuses_what_the_zoo_index_would_refuse_before_writing(trained, tmp_path, flags, expected):
+    from test_checkpoint_layouts import _tool
+    _, ckpt = trained
+    out = tmp_path / 'pub'
+    before = sorted(tmp_path.rglob('*'))
+    with pytest.raises(SystemExit, match=expected) as err:
+        _tool('publish_model').main([str(ckpt), *flags, '--reproduce', 'x', '--out-dir', str(out / 'files'),
+                                     '--index', str(out / 'models.yaml')])
+    assert str(err.value).startswith('error: ') and '\n' not in str(err.value)
+    assert sorted(tmp_path.rglob('*')) == before, 'nothing is written, in --out-dir or outside it'
+
+
+def test_a_published_index_is_one_the_zoo_lists(trained, tmp_path, monkeypatch, capsys):
+    from test_checkpoint_layouts import _tool
+    _, ckpt = trained
+    index = tmp_path / 'models.yaml'
+    monkeypatch.setenv('IFND_ZOO_INDEX', str(index))
+    publish = [str(ckpt), '--reproduce', 'x', '--out-dir', str(tmp_path / 'files'), '--index', str(index)]
+    for name in ('r18.v2+ft-a_1', 'tiny'):
+        _tool('publish_model').main([*publish, '--name', name, '--url', f'https://example.org/{name}.pth',
+                                     '--url', f'hf://lab/ifnd/{name}.pth@{REVISION}'])
+    capsys.readouterr()
+    zoo.main(['list'])
+    listed = capsys.readouterr().out
+    assert '  r18.v2+ft-a_1 ' in listed and '  tiny ' in listed
+    # An index the zoo already refuses is named, not extended, and nothing is written.
+    content = yaml.safe_load(index.read_text())
+    content['models'][0]['name'] = 'r18 v2'
+    index.write_text(yaml.safe_dump(content))
+    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    with pytest.raises(SystemExit, match=f"{index}: entry 'r18 v2': field 'name' 'r18 v2' is not a plain name"):
+        _tool('publish_model').main([*publish, '--name', 'tiny2'])
+    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+
+
+def test_a_whole_file_of_another_size_than_the_index_says_is_named(published):
+    _, entry, data, index = published
+    server, url = _serve({entry['file']: data})
+    try:
+        _edit_entry(index, urls=[f'{url}/{entry["file"]}'], size=len(data) + 10)
+        with pytest.raises(RuntimeError) as err:
+            zoo.download('tiny_simclr', progress=False)
+    finally:
+        server.shutdown()
+    assert (f'tiny_simclr: {url}/{entry["file"]} sent the whole file, {len(data)} bytes, but the index says '
+            f'size {len(data) + 10}; fix the size in the index entry') in str(err.value)
+    assert 'connection' not in str(err.value) and len(server.requests) == 1, 'named, not retried'
+    assert os.listdir(zoo.cache_dir()) == [], 'no partial file is kept'
+
+
+@pytest.mark.parametrize('error, expected', [
+    ('EntryNotFound', f'lab/baselines has no file peer.pth.tar at commit {REVISION} (entry not found); fix the '
+                      "entry's urls"),
+    ('RevisionNotFound', f'lab/baselines has no commit {REVISION} (revision not found); fix the entry'),
+    ('RepoNotFound', 'the Hub has no repository lab/baselines, or it is private (repository not found); fix'),
+    ('GatedRepo', 'the Hub repository lab/baselines is gated; accept its terms on the Hub, then log in'),
+    (None, "HTTP 404: not found on the Hub; fix the entry's urls"),
+    ('plain-url', "HTTP 404 Not Found: no such file there; fix the URL (the entry's urls"),
+])
+def test_a_missing_file_repository_or_commit_is_named_and_not_retried(peer_files, zoo_env, error, expected):
+    _, files = peer_files
+    server, publish = zoo_env
+    entry = publish(files['moco'], 'sha256', hub=error != 'plain-url')
+    server.hub.clear()
+    server.files.clear()
+    server.hub_error = error if error != 'plain-url' else None
+    with pytest.raises(RuntimeError) as err:
+        zoo.download('peer', progress=False)
+    assert f'peer: {entry["urls"][0]}: {expected}' in str(err.value)
+    assert 'connection' not in str(err.value).lower() and len(server.requests) == 1, 'named, not retried'

@@ -5,11 +5,11 @@
 the commit the upload made.
 """
 import argparse
-import re
-from typing import Sequence
 import hashlib
 import io
 import os.path as osp
+import re
+from typing import Sequence
 
 import torch
 import yaml
@@ -18,14 +18,12 @@ from mmengine.config import Config
 from ifnd.engine.cli import check_arguments, input_errors_as_messages
 from ifnd.fileio import AtomicLocalBackend, checkpoint_config, config_to_data
 from ifnd.models.encoder import load_checkpoint_file
-from ifnd.zoo import INDEX_PATH
+from ifnd.zoo import (HUB_REPO, INDEX_PATH, PLAIN_NAME_WORDS, check_index, plain_name,
+                      read_index_file, source_problem)
 
 # What loading needs; the optimiser, schedulers and message hub are training state.
 KEPT_META = ('cfg', 'epoch', 'iter', 'seed', 'mmengine_version', 'experiment_name')
 GIT_LIMIT = 5 * 2**20
-
-
-HUB_REPO = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*')
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -81,6 +79,49 @@ def push_to_hub(path: str, file_name: str, repo_id: str, name: str) -> str:
     return f'hf://{repo_id}/{file_name}@{revision}'
 
 
+def published_file_name(name: str, sha256: str) -> str:
+    """The published file's name: the zoo name and the first 8 hex digits of its SHA-256."""
+    return f'{name}_{sha256[:8]}.pth'
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """Refuse a value the zoo index would refuse, before anything is read or written."""
+    if not plain_name(args.name):
+        raise SystemExit(f'error: --name {args.name!r} is not a plain name ({PLAIN_NAME_WORDS}): '
+                         'the zoo index would refuse it; give e.g. --name ifnd_r18_200e_fmnist')
+    suffix = len(published_file_name('', '0' * 64))  # the file name adds the hash to the name
+    if not plain_name(published_file_name(args.name, '0' * 64)):
+        raise SystemExit(f'error: --name is {len(args.name)} characters long: its file name would '
+                         f'be over 255 characters; give a name of at most {255 - suffix}')
+    for url in args.url:
+        problem = source_problem(url)
+        if problem:
+            raise SystemExit(f'error: --url {problem}: the zoo index would refuse it; give the '
+                             "file's direct http(s):// or file:// link, or "
+                             'hf://ORG/REPO/FILE@COMMIT')
+    for metric, value, _ in args.metric:
+        try:
+            float(value)
+        except ValueError:
+            raise SystemExit(f'error: --metric {metric} {value!r}: the value is not a number; give '
+                             'NAME VALUE COMMAND, e.g. --metric knn_top1 91.5 '
+                             '"python tools/knn_eval.py CKPT"') from None
+    if args.push_to_hub is not None and not HUB_REPO.fullmatch(args.push_to_hub):
+        raise SystemExit(f'error: --push-to-hub {args.push_to_hub!r} is not ORG/REPO (e.g. '
+                         'my-lab/ifnd-models)')
+
+
+def updated_index(path: str, entry: dict) -> dict:
+    """The index at ``path`` (if any) with ``entry`` added or replaced, checked as the zoo reads it."""
+    content = read_index_file(path) if osp.isfile(path) else None
+    check_index(content, path)  # a broken index is named, not extended
+    content = content or {}
+    models = [m for m in content.get('models') or [] if m['name'] != entry['name']] + [entry]
+    content['models'] = sorted(models, key=lambda m: m['name'])
+    check_index(content, path)
+    return content
+
+
 def describe(cfg: Config) -> dict:
     """Algorithm, backbone, data set and epochs as the config gives them."""
     backbone = cfg.model.backbone
@@ -94,9 +135,7 @@ def describe(cfg: Config) -> dict:
 def main(argv: Sequence[str] | None = None) -> None:
     """Write the stripped file and its index entry."""
     args = parse_args(argv)
-    if args.push_to_hub is not None and not HUB_REPO.fullmatch(args.push_to_hub):
-        raise SystemExit(f'error: --push-to-hub {args.push_to_hub!r} is not ORG/REPO (e.g. '
-                         'my-lab/ifnd-models)')
+    check_values(args)
     check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--index': args.index},
                     folders={'--out-dir': args.out_dir})
     with input_errors_as_messages():
@@ -114,25 +153,19 @@ def publish(args: argparse.Namespace) -> None:
     torch.save(published, buffer)
     data = buffer.getvalue()
     sha = hashlib.sha256(data).hexdigest()
-    file_name = f'{args.name}_{sha[:8]}.pth'
-    path = osp.join(args.out_dir, file_name)
-    AtomicLocalBackend().put(data, path)
-    torch.load(path, map_location='cpu', weights_only=True)  # what users will do must work
-    urls = list(args.url)
-    if args.push_to_hub:
-        urls.append(push_to_hub(path, file_name, args.push_to_hub, args.name))
-
+    published_file = published_file_name(args.name, sha)
+    path = osp.join(args.out_dir, published_file)
     entry = {'name': args.name, **describe(cfg),
              'config': args.config or '', 'description': args.description,
              'metrics': [{'name': n, 'value': float(v), 'command': c} for n, v, c in args.metric],
-             'file': file_name, 'size': len(data), 'sha256': sha, 'urls': urls,
+             'file': published_file, 'size': len(data), 'sha256': sha, 'urls': list(args.url),
              'reproduce': args.reproduce}
-    index = {'models': []}
-    if osp.isfile(args.index):
-        with open(args.index, encoding='utf-8') as f:
-            index = yaml.safe_load(f) or {'models': []}
-    index['models'] = [m for m in index['models'] if m['name'] != args.name] + [entry]
-    index['models'].sort(key=lambda m: m['name'])
+    index = updated_index(args.index, entry)  # before the file is written or uploaded
+    AtomicLocalBackend().put(data, path)
+    torch.load(path, map_location='cpu', weights_only=True)  # what users will do must work
+    if args.push_to_hub:
+        entry['urls'].append(push_to_hub(path, published_file, args.push_to_hub, args.name))
+        check_index(index, args.index)
     AtomicLocalBackend().put_text(yaml.safe_dump(index, sort_keys=False, allow_unicode=True),
                                   args.index)
     print(f'wrote {path} ({len(data) / 2**20:.1f} MiB, sha256 {sha})')
