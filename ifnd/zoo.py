@@ -600,7 +600,8 @@ def download(name: str, dir: str | None = None, progress: bool = True, retries: 
 
 def load_checkpoint(name: str, **download_kwargs) -> dict:
     """A published checkpoint, downloaded if needed and loaded with ``weights_only=True``."""
-    return torch.load(download(name, **download_kwargs), map_location='cpu', weights_only=True)
+    from ifnd.fileio import read_checkpoint
+    return read_checkpoint(download(name, **download_kwargs))
 
 
 def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
@@ -608,6 +609,7 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
     """A published model: its backbone as an ``Encoder`` (default) or the whole algorithm."""
     from mmengine.config import Config
 
+    from ifnd.fileio import check_state_fits, read_checkpoint
     from ifnd.models.architecture import checkpoint_architecture
     from ifnd.models.encoder import Encoder, load_backbone_weights, load_encoder
     from ifnd.registry import MODELS
@@ -615,7 +617,7 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
     entry = info(name)
     if pretrained:
         path = download(name, **download_kwargs)
-        checkpoint = torch.load(path, map_location='cpu', weights_only=True)
+        checkpoint = read_checkpoint(path)
         # The architecture alone, allow-listed: the file's config never compiles or downloads.
         model_cfg = checkpoint_architecture(checkpoint, path)
         if model_cfg is None or 'backbone' not in model_cfg:
@@ -628,6 +630,7 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
     if algorithm:
         model = MODELS.build(model_cfg)
         if pretrained:
+            check_state_fits(model, checkpoint['state_dict'], path)  # shapes, dtypes, finite values
             model.load_state_dict(checkpoint['state_dict'], strict=True)
         return model.eval()
     encoder = Encoder(model_cfg['backbone'], model_cfg.get('data_preprocessor'))

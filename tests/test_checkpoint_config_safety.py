@@ -1,7 +1,9 @@
 """A checkpoint's config is data, never code: planted payloads run in no reader, tools still work."""
 import hashlib
+import math
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ import yaml
 from helpers import TINY_BACKBONE, digits_config, load_tool
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ifnd import zoo
 from ifnd.fileio import checkpoint_config, config_to_data
@@ -334,7 +337,8 @@ def test_the_dropped_keys_are_named_in_one_log_line(tiny, monkeypatch):
     data['model']['init_cfg'] = dict(checkpoint='/x/y.pth')
     lines = []
     monkeypatch.setattr(architecture, 'print_log', lambda msg, **kwargs: lines.append(msg))
-    kept = architecture.checkpoint_architecture({'meta': {'cfg': data}}, 'ckpt.pth')
+    kept = architecture.checkpoint_architecture({'state_dict': model.state_dict(), 'meta': {'cfg': data}},
+                                                'ckpt.pth')
     assert len(lines) == 1, lines
     for name in ('model.backbone.compile', 'model.backbone.pretrained', 'model.init_cfg',
                  'train_dataloader', 'custom_hooks', 'work_dir'):
@@ -356,3 +360,78 @@ def test_a_type_name_is_looked_up_never_imported():
     kept = architecture_config(dict(type='SimCLR', backbone=backbone, data_preprocessor=None,
                                     neck=dict(type='MLPNeck', in_dim=512)), 'ckpt')
     assert kept['data_preprocessor'] is None and kept['backbone'] == backbone
+
+
+# ------------------------------------------------ a config's claims are checked against its weights
+
+class LargestAllocation(TorchDispatchMode):
+    """Records the largest tensor allocated off the ``meta`` device, refusing any over ``limit`` bytes
+    before it is made (a reader that builds what a config claims fails here, not the machine)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.largest = limit, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        size = args[0] if args and isinstance(args[0], (list, tuple, torch.Size)) else None
+        device = kwargs.get('device')
+        # Factory ops (empty, zeros, ones, full...) take the size first and a device keyword.
+        if size is not None and all(isinstance(n, int) for n in size) and device is not None \
+                and torch.device(device).type != 'meta':
+            needed = math.prod(size) * (kwargs.get('dtype') or torch.get_default_dtype()).itemsize
+            self.largest = max(self.largest, needed)
+            if needed > self.limit:
+                raise MemoryError(f'{func} asked for {needed / 1e9:.1f} GB')
+        return func(*args, **kwargs)
+
+
+def test_a_config_claiming_more_than_its_weights_is_never_built(tiny, tmp_path, monkeypatch):
+    from ifnd.models import architecture
+    model, cfg = tiny
+    data = config_to_data(cfg)
+    data['model']['backbone']['channels'] = (8, 16, 32, 7000)  # 5.3 GB, under the size cap
+    ckpt = tmp_path / 'claims.pth'
+    torch.save({'state_dict': model.state_dict(), 'meta': dict(epoch=1, cfg=data)}, ckpt)
+    backbone_file = tmp_path / 'claims_backbone.pth'
+    torch.save({'state_dict': {k[len('backbone.model.'):]: v for k, v in model.state_dict().items()
+                               if k.startswith('backbone.model.')},
+                'meta': dict(model=dict(backbone=data['model']['backbone']))}, backbone_file)
+    user_config = tmp_path / 'train_config.py'
+    cfg.dump(str(user_config))
+    lines = []
+    monkeypatch.setattr(architecture, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    guard = LargestAllocation(limit=256 << 20)
+    with guard:
+        for path in (str(ckpt), str(backbone_file)):
+            # Every reader falls back to the architecture its weights describe.
+            _same_features(load_encoder(path), model)
+            classifier = MODELS.build(dict(type='ImageClassifier', num_classes=10, pretrained=path,
+                                           backbone=dict(type='TimmBackbone', model_name='resnet18')))
+            torch.testing.assert_close(classifier.backbone(X), model.extract_feat(X), rtol=0, atol=0)
+            _same_features(load_feature_model(path, 'f', str(user_config)).model, model)
+            load_tool('extract_backbone').main([path, str(tmp_path / 'extracted.pth')])
+        # The whole model: the user's config replaces the checkpoint's.
+        loaded = load_feature_model(str(ckpt), 'z', str(user_config))
+        _same_features(loaded.model, model)
+        _publish_as_planted(str(ckpt), tmp_path, monkeypatch)
+        _same_features(zoo.get_model('planted', progress=False), model)
+        _same_features(torch.hub.load(REPO, 'planted', source='local', progress=False), model)
+        with pytest.raises(ValueError, match='algorithm=True'):
+            zoo.get_model('planted', algorithm=True, progress=False)
+    assert guard.largest < 16 << 20, f'a reader allocated {guard.largest / 1e6:.1f} MB at once'
+    claims = [line for line in lines if 'does not describe the weights' in line]
+    said = r'layer4\.0\.bn1\.bias \(64,\) vs \(7000,\).*built, it would need 5\.\d GB'
+    assert claims and all(re.search(said, line) for line in claims), lines
+
+
+def test_the_size_cap_names_memory(monkeypatch):
+    from ifnd.models import architecture
+    lines = []
+    monkeypatch.setattr(architecture, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    backbone = dict(type='TimmBackbone', model_name='resnet18')
+    model = dict(type='SimCLR', backbone=backbone, neck=dict(type='MLPNeck', in_dim=512,
+                                                              hidden_dim=1 << 19, out_dim=1 << 14))
+    assert architecture.architecture_config(model, 'ckpt.pth') is None
+    assert re.search(r'it would need 3\d\.\d GB for its weights and buffers, more than the 8\.6 GB',
+                     lines[-1]), lines

@@ -1,4 +1,6 @@
-"""Tools end bad input with one line, checked before any work: paths, batch size, launcher."""
+"""Tools end bad input with one line, checked before any work: paths, batch size, launcher, and
+files that are no checkpoint (a web page, Python source, text, a truncated archive)."""
+import argparse
 import contextlib
 import functools
 import io
@@ -10,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from helpers import load_tool
+from helpers import digits_config_file, load_tool, train_error
 
 from ifnd.models.backbones import TimmBackbone
 
@@ -110,3 +112,42 @@ def test_launcher_pytorch_without_torchrun(files, tmp_path, tool, args):
     _fails_with(_run(tool, *args, '--launcher', 'pytorch', '--work-dir', tmp_path / 'w'),
                 '--launcher pytorch needs the variables torchrun sets', 'RANK', 'torchrun')
     assert not (tmp_path / 'w').exists()
+
+
+def _not_checkpoints(folder) -> dict:
+    """Files that are not checkpoints, and what the error says each is."""
+    page, source, text = folder / 'page.pth', folder / 'config.py', folder / 'notes.pth'
+    page.write_text('<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body></body></html>\n')
+    source.write_text("_base_ = ['../_base_/default_runtime.py']\nmodel = dict(type='SimCLR')\n")
+    text.write_text('weights are on the shared drive\n')
+    cut = folder / 'cut.pth'
+    cut.write_bytes((folder / 'backbone.pth').read_bytes()[:2000])
+    objects = folder / 'objects.pth'
+    torch.save({'state_dict': torch.load(folder / 'backbone.pth', weights_only=True)['state_dict'],
+                'hyper_parameters': argparse.Namespace(method='byol')}, objects)
+    return {page: ('looks like an HTML page', 'download it again'),
+            source: ('is Python source', 'pass the checkpoint file (.pth)'),
+            text: ('is a text file', "starts with 'weights are on the shared drive'"),
+            cut: ('is truncated or corrupt', 'copy the file again'),
+            objects: ('holds Python objects (argparse.Namespace)', 'save the weights alone')}
+
+
+@pytest.mark.parametrize('tool, args', [('knn_eval', ['--dataset', 'digits']), ('extract_backbone', ['OUT']),
+                                        ('convert_to_detectron2', ['OUT']),
+                                        ('voc07_svm', ['--data-root', 'x'])])
+def test_a_file_that_is_no_checkpoint_is_named_without_unsafe_advice(files, tmp_path, tool, args):
+    for path, says in _not_checkpoints(files).items():
+        out = _run(tool, path, *[tmp_path / 'out' if a == 'OUT' else a for a in args])
+        _fails_with(out, str(path), *says)
+        assert 'weights_only' not in out.stderr, out.stderr
+    assert not (tmp_path / 'out').exists()
+
+
+def test_resume_from_a_file_that_is_no_checkpoint(files, tmp_path):
+    config = digits_config_file(tmp_path)
+    for path, says in _not_checkpoints(files).items():
+        if path.name not in ('page.pth', 'config.py'):
+            continue
+        message = train_error(config, '--resume', str(path))
+        assert str(path) in message and all(s in message for s in says), message
+        assert 'weights_only' not in message, message

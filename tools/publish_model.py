@@ -16,7 +16,7 @@ import yaml
 from mmengine.config import Config
 
 from ifnd.engine.cli import check_arguments, input_errors_as_messages
-from ifnd.fileio import AtomicLocalBackend, checkpoint_config, config_to_data
+from ifnd.fileio import AtomicLocalBackend, check_weights, checkpoint_config, config_to_data
 from ifnd.models.encoder import load_checkpoint_file
 from ifnd.zoo import (HUB_REPO, INDEX_PATH, PLAIN_NAME_WORDS, check_index, plain_name,
                       read_index_file, source_problem)
@@ -60,6 +60,7 @@ def strip_checkpoint(checkpoint: dict, source: str = 'checkpoint') -> dict:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f'{source} has no state_dict of tensors; publish checkpoints written by '
                          'tools/train.py')
+    check_weights(state, state, source)  # no model here: its values must be finite
     return {'state_dict': {k: v.clone() for k, v in state.items()}, 'meta': meta}
 
 

@@ -7,7 +7,7 @@ import time
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
 from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                             resolve_device)
+                             input_errors_as_messages, resolve_device)
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
 from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> dict:
                     batch_size=args.batch_size, num_workers=args.num_workers)
     device = resolve_device(args.device)
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
-    encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
+    with input_errors_as_messages():  # a checkpoint that cannot be used: one line, before any data
+        encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
     pipeline = EvalView(args.size, args.resize)
     trainval = VOC07(args.data_root, 'trainval', pipeline=pipeline)
     test = VOC07(args.data_root, 'test', pipeline=pipeline)

@@ -285,6 +285,7 @@ def load_feature_model(path: str, feature: str | None = 'z', config: str | None 
     weights; ``None`` picks what the config's PseudoLabelHook clustered ('z' without one). The
     data set comes from ``config`` alone: a checkpoint's config decides the architecture only.
     """
+    from ifnd.fileio.checkpoint import check_weights
     from ifnd.models.architecture import checkpoint_architecture
     from ifnd.models.encoder import load_checkpoint_file, load_encoder
     from ifnd.registry import MODELS
@@ -306,6 +307,7 @@ def load_feature_model(path: str, feature: str | None = 'z', config: str | None 
                          'with')
     model = MODELS.build(model_cfg)
     state = checkpoint.get('state_dict', checkpoint)
+    check_weights(state, model.state_dict(), path)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:

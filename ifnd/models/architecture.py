@@ -6,7 +6,9 @@ A checkpoint is data a user hands us. Its config (``meta['cfg']`` of a training 
 the listed kinds, reach a builder. Everything else — compile options (the compiler's command line
 is one), ``pretrained`` and any path, URL or download flag, ``init_cfg``, data sets, pipelines,
 hooks, work dirs — is dropped with one log line naming it, so a reader never compiles, downloads
-or writes because a checkpoint says so.
+or writes because a checkpoint says so. The architecture is built on the ``meta`` device and
+compared with the checkpoint's weights before any reader builds it for real, so a config never
+allocates more memory than its weights already take.
 """
 import copy
 import logging
@@ -22,9 +24,9 @@ from ifnd.registry import MODELS
 # Largest width, length or count a checkpoint may ask for: far above any real architecture
 # (ResNet-50's widest layer is 2048, MoCo's queue 65536), far below an allocation that hurts.
 MAX_SIZE = 1 << 20
-# Largest model (weights and buffers, in elements) a checkpoint may describe: sizes that pass one
-# by one can still multiply (a 10^6-wide head on a 10^6 queue); ResNet-50 IFNDMoCo has 7.3e7.
-MAX_ELEMENTS = 1 << 31
+# Most memory a checkpoint's model (weights and buffers) may need: sizes that pass one by one can
+# still multiply (a 10^6-wide head on a 10^6 queue); ResNet-50 IFNDMoCo needs 0.3 GB.
+MAX_BYTES = 8 << 30
 NAME = re.compile(r'[A-Za-z0-9_]{1,64}')
 
 
@@ -147,31 +149,71 @@ def _keep(config: Any, allowed: dict, where: str, dropped: list[str]) -> dict:
     return kept
 
 
-def _check_size(model: dict) -> None:
-    """Refuse a model that does not build or would exceed ``MAX_ELEMENTS`` (built without memory)."""
+def format_bytes(size: int) -> str:
+    """A memory size for messages: ``'6.1 GB'``, ``'45.3 MB'``, ``'12 kB'``."""
+    for unit, scale in (('GB', 1e9), ('MB', 1e6)):
+        if size >= scale / 10:
+            return f'{size / scale:.1f} {unit}'
+    return f'{size / 1e3:.0f} kB'
+
+
+def _meta_model(model: dict):
+    """``model`` built on the ``meta`` device (no memory), refused if it does not build or would
+    need more than ``MAX_BYTES``."""
     import torch
     try:
         with torch.device('meta'):
-            elements = sum(t.numel() for t in MODELS.build(copy.deepcopy(model)).state_dict().values())
+            module = MODELS.build(copy.deepcopy(model))
     except Exception as err:  # noqa: BLE001 (any failure to build makes the config unusable)
         raise _Refused(f'it does not build ({type(err).__name__}: {err})') from None
-    if elements > MAX_ELEMENTS:
-        raise _Refused(f'it describes {elements:.2e} weights and buffers, more than {MAX_ELEMENTS:.2e}')
+    needed = _memory(module)
+    if needed > MAX_BYTES:
+        raise _Refused(f'it would need {format_bytes(needed)} for its weights and buffers, more '
+                       f'than the {format_bytes(MAX_BYTES)} a checkpoint may ask for')
+    return module
 
 
-def architecture_config(model: Any, source: str = 'checkpoint', ignored: tuple = ()) -> dict | None:
+def _memory(module) -> int:
+    """Bytes that building ``module`` for real allocates for its weights and buffers."""
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+
+
+def _weights_differences(module, checkpoint: dict, source: str) -> str:
+    """How a (meta) model's keys and shapes differ from a checkpoint's weights, '' if they do not.
+
+    An ``Encoder`` (a backbone-only file's model) is compared with the backbone's weights alone.
+    """
+    from ifnd.fileio.checkpoint import state_differences
+    from ifnd.models.encoder import Encoder, backbone_state  # that module imports this one
+    if isinstance(module, Encoder):
+        try:
+            return state_differences(module.backbone.model, backbone_state(checkpoint, source))
+        except ValueError:
+            return 'its weights are in no layout the readers know'
+    state = checkpoint.get('state_dict')
+    return state_differences(module, state if isinstance(state, dict) else {})
+
+
+def architecture_config(model: Any, source: str = 'checkpoint', ignored: tuple = (),
+                        checkpoint: dict | None = None) -> dict | None:
     """The architecture part of a model config from a checkpoint, or ``None`` when it is unusable.
 
     Keys outside the allow-list are dropped, and with ``ignored`` (the config's other top-level
     keys) named in one log line; a listed key whose value is not of its kind makes the whole
-    config unusable (one log line says why).
+    config unusable (one log line says why). With ``checkpoint``, the architecture, built on the
+    ``meta`` device, must have exactly the keys and shapes of the weights it holds: a config that
+    claims more (or other) than its weights is never built for real.
     """
     dropped = list(ignored)
     try:
         kept = _keep(copy.deepcopy(model), MODEL_KEYS, 'model', dropped)
         if 'type' not in kept:
             raise _Refused('model names no type')
-        _check_size(kept)
+        module = _meta_model(kept)
+        differences = '' if checkpoint is None else _weights_differences(module, checkpoint, source)
+        if differences:
+            raise _Refused(f'it does not describe the weights the file holds (weights vs config: '
+                           f'{differences}); built, it would need {format_bytes(_memory(module))}')
     except _Refused as err:
         print_log(f'{source}: its model config is not used: {err}. The architecture is read from '
                   'the weights (or pass --config / --model-name)', logger='current',
@@ -187,8 +229,9 @@ def checkpoint_architecture(checkpoint: dict, source: str = 'checkpoint') -> dic
     """The model architecture a checkpoint's config describes (allow-listed), or ``None``.
 
     Training checkpoints carry their whole config in ``meta['cfg']``, backbone-only files their
-    model in ``meta['model']``; only the model's architecture is taken from either. Configs of
-    mmengine-based peers (mmselfsup, mmpretrain) name types this project lacks and give ``None``.
+    model in ``meta['model']``; only the model's architecture is taken from either, and only when
+    it has the keys and shapes of the checkpoint's own weights. Configs of mmengine-based peers
+    (mmselfsup, mmpretrain) name types this project lacks and give ``None``.
     """
     meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
     if not isinstance(meta, dict):
@@ -207,4 +250,4 @@ def checkpoint_architecture(checkpoint: dict, source: str = 'checkpoint') -> dic
             model = dict(model, type=model.get('type', 'Encoder'))
     else:
         return None
-    return architecture_config(model, source, ignored) if isinstance(model, dict) else None
+    return architecture_config(model, source, ignored, checkpoint) if isinstance(model, dict) else None

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModel
 
 from ifnd.fileio import read_checkpoint as load_checkpoint_file  # the tools' name for it
+from ifnd.fileio.checkpoint import check_weights
 from ifnd.models.architecture import checkpoint_architecture
 from ifnd.registry import MODELS
 
@@ -226,7 +227,9 @@ def _mismatch_error(backbone: torch.nn.Module, state: dict, source: str) -> Valu
 def load_backbone_weights(backbone: torch.nn.Module, path: str, checkpoint: dict | None = None) -> None:
     """Load a checkpoint's backbone into a ``TimmBackbone``, failing loudly on any mismatch.
 
-    ``checkpoint`` is the already loaded content of ``path``, when the caller has it.
+    ``checkpoint`` is the already loaded content of ``path``, when the caller has it. Every reader
+    of backbone weights ends here, so weights that would load but compute nothing (non-finite
+    values, integers in place of floating-point weights) are refused here (:func:`check_weights`).
     """
     state = backbone_state(checkpoint if checkpoint is not None else load_checkpoint_file(path), path)
     target = backbone.model.state_dict()
@@ -235,6 +238,7 @@ def load_backbone_weights(backbone: torch.nn.Module, path: str, checkpoint: dict
             state[key] = torch.zeros_like(target[key])
     if set(state) != set(target) or any(state[k].shape != target[k].shape for k in state):
         raise _mismatch_error(backbone, state, path)
+    check_weights(state, target, path)
     backbone.model.load_state_dict(state, strict=True)
 
 
