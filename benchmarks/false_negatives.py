@@ -35,7 +35,8 @@ Presets:
 Any explicit option overrides its preset value. ``--previous FILE.json`` (repeatable) merges the
 runs of an earlier ``--out`` result for the methods and seeds not trained here into the tables,
 JSON and picture; its settings must be this invocation's but for methods, seeds, work dir, jobs,
-threads and the settings of methods not trained here.
+threads and the settings of methods not trained here, and every value the tables read is checked
+(type and range, e.g. a top-1 in [0, 100]) before any training, naming its path in the file.
 
 Finished runs are kept (``run.json`` in each run's work dir) and not trained again unless their
 command changed or ``--rerun`` is given, so an interrupted benchmark continues where it stopped.

@@ -15,7 +15,8 @@ runs failed or timed-out ones again):
 
 The report names the device and puts each figure beside its goal. ``--dry-run`` checks every
 part's command on any machine (the scripts exist, their own parsers take the arguments, the tests
-are collected) and renders the report from made-up results, without running anything.
+are collected) and that ``--out-dir`` can be written, and renders the report from made-up
+results, without running or writing anything.
 
 Example::
 
@@ -242,6 +243,19 @@ def check_commands(all_parts: list[Part], out_dir: str) -> None:
         print(f'[{part.name}] ok: {" ".join(command(part, json_path))}')
 
 
+def check_out_dir(out_dir: str) -> None:
+    """Refuse, in one line, an ``--out-dir`` that is a file or cannot be made or written."""
+    existing = out_dir
+    while not osp.exists(existing) and osp.dirname(existing) != existing:
+        existing = osp.dirname(existing)  # where the folder would be made
+    if not osp.isdir(existing):
+        raise SystemExit(f'error: --out-dir {out_dir}: {existing} is a file, not a folder; '
+                         'choose another --out-dir')
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SystemExit(f'error: --out-dir {out_dir}: {existing} is not writable (permissions '
+                         'or a read-only file system); choose another --out-dir')
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line arguments."""
     parser = argparse.ArgumentParser(description='Run the CUDA-only tests and every GPU benchmark; write '
@@ -267,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     """Run (or with --dry-run check) the parts and write the report; returns its text."""
     args = parse_args(argv)
     chosen = [p for p in parts(args.out_dir) if not args.parts or p.name in args.parts]
+    check_out_dir(args.out_dir)  # before any part runs: its results and the report go there
     if args.dry_run:
         check_commands(chosen, args.out_dir)
         report = render(fake_results(chosen), 'dry run (made-up results)')

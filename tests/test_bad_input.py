@@ -10,6 +10,7 @@ import torch
 from helpers import TINY_BACKBONE, TINY_NECK, digits_config, digits_config_file, train_error, train_tool
 from PIL import Image
 
+from ifnd.engine.work_dir import LOCK_NAME
 from ifnd.models import SimCLR
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))
@@ -143,8 +144,8 @@ def _fill_disk_at_epoch_2(monkeypatch) -> None:
 
 
 def _run_files(run) -> list[str]:
-    """The files (not folders) of a work dir, without the dumped config."""
-    return sorted(f for f in os.listdir(run) if not osp.isdir(run / f) and f != 'cfg.py')
+    """The files (not folders) of a work dir, without the dumped config and the run's lock."""
+    return sorted(f for f in os.listdir(run) if not osp.isdir(run / f) and f not in ('cfg.py', LOCK_NAME))
 
 
 def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -404,3 +405,37 @@ def test_full_disk_while_saving_pseudo_labels(tmp_path, monkeypatch):
     folder = tmp_path / 'run' / 'pseudo_labels'
     assert f'could not write {folder / "epoch_0000.npz"} (No space left on device)' in message
     assert 'Free space' in message and os.listdir(folder) == [], 'no temp file is left'
+
+
+def _deep(levels: int) -> str:
+    return '[' * levels + ']' * levels
+
+
+@pytest.mark.parametrize('damage', [
+    pytest.param(lambda p: p.write_text(_deep(100_000)), id='deeper-than-the-parser'),
+    pytest.param(lambda p: p.write_text(f'[{{"epoch": 0, "levels": {_deep(200)}}}]'), id='deep'),
+    pytest.param(lambda p: p.write_text('42'), id='a-number'),
+    pytest.param(lambda p: p.write_text('{"epoch": 0, "rate": 0.5}'), id='a-mapping'),
+    pytest.param(lambda p: p.write_text('[{"epoch": true}, 3]'), id='a-list-of-other-things'),
+    pytest.param(lambda p: p.write_bytes(b'[{"epoch": 0, "note": "\xff\xfe"}]'), id='not-utf-8'),
+    pytest.param(lambda p: p.write_text('[{"epoch": 0, "rate": NaN}]'), id='not-strict-json'),
+    pytest.param(lambda p: (p.write_text('['), os.truncate(p, 65 << 20)), id='huge'),  # sparse
+    pytest.param(lambda p: (p.mkdir(), (p / 'x.json').write_text('[]')), id='a-folder'),
+])
+def test_a_damaged_rounds_json_never_costs_the_checkpoint(tmp_path, damage):
+    """Whatever lies at pseudo_labels/rounds.json, the rounds and the epoch's checkpoint are
+    written: the damaged file is logged and set aside, and the summary starts anew."""
+    from ifnd.registry import RUNNERS
+    run = tmp_path / 'run'
+    summary = run / 'pseudo_labels' / 'rounds.json'
+    summary.parent.mkdir(parents=True)
+    damage(summary)
+    cfg = digits_config(str(run), dict(type='IFND', temperature=0.5), max_epochs=1,
+                        pseudo_labels=dict(num_clusters=[10], interval=1))
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    RUNNERS.build(cfg).train()
+    assert (run / 'epoch_1.pth').is_file(), 'the epoch and its checkpoint are not lost'
+    assert [r['epoch'] for r in _rounds_json(run)] == [0, 1]
+    assert (run / 'pseudo_labels' / 'rounds.json.corrupt').exists(), 'kept for a look'
+    log = ''.join(p.read_text() for p in run.glob('*/*.log'))
+    assert f'{summary} is corrupt (' in log and 'moved to' in log

@@ -538,8 +538,10 @@ def test_flagged_negatives_are_read_per_epoch_and_tabled(tmp_path):
     ('debiased', 'model.tau_plu=0.05', "DebiasedCL takes no 'tau_plu'; did you mean debiased:model.tau_plus?"),
     ('fnc_elim', 'model.neck.hiden_dim=64', "(model.neck has no 'hiden_dim'); did you mean "
                                            "'model.neck.hidden_dim'?"),
-    ('debiased', 'model.tau_plus=1.5', 'tau_plus (the class prior τ⁺) must be in [0, 1), got 1.5'),
-    ('hard_negative', 'model.beta=-1', 'beta (the hardness β) must be a finite number >= 0, got -1'),
+    ('debiased', 'model.tau_plus=1.5', 'DebiasedCL tau_plus must be a float in [0, 1), got 1.5: the '
+                                       'class prior τ⁺'),
+    ('hard_negative', 'model.beta=-1', 'HardNegativeCL beta must be a float >= 0, got -1: the '
+                                       'hardness β'),
     ('fnc_attr', 'model.top_k=0', 'FNC top_k must be an int >= 1'),
     ('fnc_elim', 'model.top_k=2.5', "config key 'model.top_k' must be int | None, got 2.5 (float)"),
 ])
@@ -789,3 +791,53 @@ def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, cap
                            ('broken.json', 'not JSON'), ('missing.json', 'cannot be read')):
         with pytest.raises(SystemExit, match=expected):
             bench.main([*argv, '--previous', str(tmp_path / name)])
+
+
+@pytest.mark.parametrize('change, problem', [
+    (lambda r: r['runs'][1].update(top1=250.0),
+     'runs[1].top1 is 250.0, not a number in [0, 100] (a percentage)'),
+    (lambda r: r['runs'][0].update(linear_top1='ninety'),
+     "runs[0].linear_top1 is 'ninety', not a number in [0, 100] (a percentage) or null"),
+    (lambda r: r['runs'][2].update(top1=math.nan), 'runs[2].top1 is nan, not a number'),
+    (lambda r: r['runs'][0].update(top1_history=[4, 85.0]),
+     'runs[0].top1_history[0] is 4, not a list of 2 (an int >= 0, a number in [0, 100]'),
+    (lambda r: r.update(runs={'simclr': r['runs']}), "runs is {'simclr': [{'method': "),
+    (lambda r: r['settings'].update(seeds=[0, 1.5]), 'settings.seeds[1] is 1.5, not an int'),
+    (lambda r: r['runs'][3].pop('top1'), 'runs[3].top1 is missing (a number in [0, 100]'),
+    (lambda r: r['runs'][3].update(seed=True), 'runs[3].seed is True, not an int in [0, 2**32)'),
+    (lambda r: r['runs'][0].update(method='ifnd'), 'runs[0].rounds is missing (a list, which '
+                                                   'ifnd runs have)'),
+], ids=['top1-250', 'ninety', 'nan', 'flat-history', 'runs-a-mapping', 'float-seed',
+        'no-top1', 'bool-seed', 'ifnd-without-rounds'])
+def test_false_negatives_previous_values_checked_before_any_training(tmp_path, capsys, change,
+                                                                     problem):
+    """A value the tables would misread (a top-1 of 250 or 'ninety', NaN, wrong nesting) is named
+    with its file and its path inside, before anything is planned."""
+    bench = _load('false_negatives')
+    base = ['--preset', 'digits', '--seeds', '0', '1']
+    path = _previous_file(tmp_path / 'earlier.json', [*base, '--methods', 'simclr', 'supcon'],
+                          EARLIER)
+    result = json.loads((tmp_path / 'earlier.json').read_text())
+    change(result)
+    (tmp_path / 'earlier.json').write_text(json.dumps(result))  # NaN as NaN, as json writes it
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main([*base, '--methods', 'debiased', '--dry-run', '--previous', path])
+    message = str(exit_info.value.code)
+    assert message.startswith(f'--previous {path}: {problem}') and '\n' not in message
+    assert message.endswith('; correct that value, or give the JSON file an earlier run wrote '
+                            'with --out')
+    assert '$ ' not in capsys.readouterr().out, 'no command is planned'
+
+
+@pytest.mark.parametrize('content, problem', [
+    ('[' * 100_000 + ']' * 100_000, 'nested deeper than 64 levels'),
+    (b'{"benchmark": "false_negatives", "device": "\xff"}', 'not UTF-8 text (byte 44)'),
+], ids=['deep', 'not-utf-8'])
+def test_false_negatives_previous_unreadable_files(tmp_path, content, problem):
+    path = tmp_path / 'earlier.json'
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SystemExit) as exit_info:
+        _load('false_negatives').main(['--preset', 'digits', '--methods', 'simclr', '--dry-run',
+                                       '--previous', str(path)])
+    assert str(exit_info.value.code) == (f'--previous {path}: {problem}; give the JSON file an '
+                                         'earlier run wrote with --out')

@@ -1,6 +1,7 @@
 """benchmarks/gpu_report.py: its commands checked on a CPU (--dry-run), its report, its saved parts;
 and the CUDA-only checks it runs (skipped without CUDA)."""
 import json
+import os
 import os.path as osp
 import sys
 import time
@@ -227,3 +228,21 @@ def test_preprocessor_makes_device_views_of_jpegs_on_cuda(tmp_path):
     assert [(tuple(v.shape), v.device.type) for v in out['inputs']] == [((4, 3, 32, 32), 'cuda')] * 2
     assert all(torch.isfinite(v).all() for v in out['inputs'])
     assert out['data_samples']['label'].tolist() == ds.labels.tolist()
+
+
+def test_dry_run_refuses_an_out_dir_that_is_a_file(tmp_path):
+    (tmp_path / 'a_file').write_text('')
+    for out_dir in (tmp_path / 'a_file', tmp_path / 'a_file' / 'r'):
+        with pytest.raises(SystemExit) as exit_info:
+            gpu_report.main(['--dry-run', '--parts', 'clustering', '--out-dir', str(out_dir)])
+        assert str(exit_info.value.code) == (f'error: --out-dir {out_dir}: {tmp_path / "a_file"} is '
+                                             'a file, not a folder; choose another --out-dir')
+
+
+def test_dry_run_refuses_an_out_dir_in_a_read_only_folder(tmp_path):
+    locked = tmp_path / 'locked'
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere: a read-only file system is refused alike
+        pytest.skip('this user may write a read-only folder')
+    with pytest.raises(SystemExit, match=f'{locked} is not writable'):
+        gpu_report.main(['--dry-run', '--parts', 'clustering', '--out-dir', str(locked / 'r')])

@@ -2,8 +2,8 @@
 
 ``protocol`` (methods, presets, options), ``plan`` (training commands; ``option_checks`` refuses
 a run's bad options first), ``running`` (subprocesses), ``results`` (reading finished runs),
-``merge`` (earlier results' runs, ``--previous``), ``stats`` (error bars), ``report`` (tables and
-picture), ``cli`` (all of it in order).
+``merge`` (earlier results' runs, ``--previous``, whose values ``layout`` checks), ``stats``
+(error bars), ``report`` (tables and picture), ``cli`` (all of it in order).
 """
 from .cli import main
 from .merge import check_previous, merge, read_previous, settings_differences

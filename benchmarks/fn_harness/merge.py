@@ -12,7 +12,9 @@ import json
 import os.path as osp
 
 from ifnd.fileio import json_safe
+from ifnd.fileio.json_files import read_json
 
+from .layout import LayoutError, check_result
 from .plan import as_cli
 from .protocol import METHODS
 
@@ -20,6 +22,8 @@ from .protocol import METHODS
 FREE_SETTINGS = ('methods', 'seeds', 'work_dir', 'jobs', 'threads')
 # Settings of one method, compared for the methods both results train.
 PER_METHOD = 'method_options', *(f'{m}_config' for m in METHODS)
+# An earlier result's largest size: a run takes a few KB, so this holds tens of thousands.
+MAX_RESULT_BYTES = 256 << 20
 
 
 def _plain(value: object) -> object:
@@ -29,25 +33,21 @@ def _plain(value: object) -> object:
 
 def read_previous(path: str) -> dict:
     """An earlier result of this benchmark, refused with the reason when it is not one."""
+    fix = 'give the JSON file an earlier run wrote with --out'
     try:
-        with open(path) as f:
-            result = json.load(f)
+        result = read_json(path, MAX_RESULT_BYTES, allow_nan=True)  # a NaN is named where it is
     except OSError as err:
-        raise SystemExit(f'--previous {path}: cannot be read ({err.strerror}); give the JSON '
-                         'file an earlier run wrote with --out') from None
-    except json.JSONDecodeError as err:
-        raise SystemExit(f'--previous {path}: not JSON ({err}); give the file an earlier run '
-                         'wrote with --out') from None
-    if not isinstance(result, dict) or result.get('benchmark') != 'false_negatives' \
-            or not isinstance(result.get('settings'), dict) \
-            or not isinstance(result.get('runs'), list):
+        raise SystemExit(f'--previous {path}: cannot be read ({err.strerror or err}); '
+                         f'{fix}') from None
+    except ValueError as err:
+        raise SystemExit(f'--previous {path}: {err}; {fix}') from None
+    if not isinstance(result, dict) or result.get('benchmark') != 'false_negatives':
         raise SystemExit(f'--previous {path}: not a false_negatives result (it needs '
-                         "'benchmark': 'false_negatives', 'settings' and 'runs'); give the file "
-                         'an earlier run wrote with --out')
-    unknown = sorted({str(r.get('method')) for r in result['runs']} - set(METHODS))
-    if unknown:
-        raise SystemExit(f'--previous {path}: runs of unknown methods {", ".join(unknown)}; this '
-                         f'benchmark knows {", ".join(METHODS)}')
+                         f"'benchmark': 'false_negatives', 'settings' and 'runs'); {fix}")
+    try:
+        check_result(result)
+    except LayoutError as err:
+        raise SystemExit(f'--previous {path}: {err}; correct that value, or {fix}') from None
     return result
 
 

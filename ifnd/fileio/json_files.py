@@ -1,6 +1,8 @@
-"""JSON files: the project's one writer (atomic, each file's own layout) and strict-JSON values."""
+"""JSON files: the project's one writer (atomic, each file's own layout), strict-JSON values and a
+reader of files that may be damaged or foreign."""
 import json
 import math
+import os
 
 import numpy as np
 
@@ -31,3 +33,56 @@ def write_json(value: object, path: str, indent: int | None = 2, *, strict: bool
     AtomicLocalBackend().put_text(text + ('\n' if newline else ''), path)
     if announce:
         print(f'Results written to {path}')
+
+
+# The deepest nesting read: the project's files nest a few levels (a merged benchmark result,
+# each merge two more); Python's parser and writers recurse, so a deeper file is refused here.
+MAX_JSON_DEPTH = 64
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f'{name} is not strict JSON (the project writes non-finite numbers as null)')
+
+
+def _depth(value: object, limit: int) -> int:
+    """How deep lists and objects nest in ``value`` (counted without recursion, up to limit + 1)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict)
+                                                      else node))
+    return deepest
+
+
+def read_json(path: str, max_bytes: int, max_depth: int = MAX_JSON_DEPTH,
+              allow_nan: bool = False) -> object:
+    """The strict-JSON value of the UTF-8 file ``path``.
+
+    ``OSError`` where it cannot be read (missing, a folder, no permission); ``ValueError`` naming
+    what is wrong where it is larger than ``max_bytes``, not UTF-8, not strict JSON (NaN,
+    Infinity; read as floats with ``allow_nan``, for a caller that names where they are) or
+    nested deeper than ``max_depth``. The callers judge the value's layout.
+    """
+    with open(path, 'rb') as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(max_bytes + 1) if size <= max_bytes else b''  # no more, had it grown since
+    if max(size, len(data)) > max_bytes:
+        raise ValueError(f'{max(size, len(data)):,} bytes, more than the {max_bytes:,} such a '
+                         'file may have')
+    try:
+        value = json.loads(data.decode('utf-8'),
+                           **({} if allow_nan else {'parse_constant': _refuse_constant}))
+    except UnicodeDecodeError as err:
+        raise ValueError(f'not UTF-8 text (byte {err.start})') from None
+    except RecursionError:
+        raise ValueError(f'nested deeper than {max_depth} levels') from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f'not JSON ({err})') from None
+    if _depth(value, max_depth) > max_depth:
+        raise ValueError(f'nested deeper than {max_depth} levels')
+    return value

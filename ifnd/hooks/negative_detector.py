@@ -36,6 +36,11 @@ class NegativeDetectorHook(Hook):
         device = next(unwrap_model(runner.model).parameters()).device
         dataset = runner.train_dataloader.dataset
         detector.setup(len(dataset), runner.max_epochs, device)
+        # Known only now (train_cfg.max_epochs): a start past the run's end is a silent no-op.
+        for warning in detector.idle_warnings(runner.max_epochs):
+            runner.logger.warning(f'{warning}: {type(detector).__name__} flags no false negative '
+                                  'in this run, which trains as if it had no detector; lower the '
+                                  'setting or raise train_cfg.max_epochs')
         labels = getattr(dataset, 'labels', None)
         if hasattr(detector, 'set_classes') and labels is not None:
             detector.set_classes(torch.as_tensor(np.asarray(labels), dtype=torch.long, device=device))

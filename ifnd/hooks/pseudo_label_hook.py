@@ -1,6 +1,5 @@
 """Incremental false negative detection: periodic clustering into the model's label bank."""
 import io
-import json
 import os
 import time
 
@@ -15,6 +14,9 @@ from ifnd.dist import gather_shards
 from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
 from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
 from ifnd.fileio import AtomicLocalBackend, write_json
+from ifnd.fileio.json_files import read_json
+from ifnd.models.false_negatives.acceptance import check_acceptance, idle_schedule
+from ifnd.models.false_negatives.settings import check_number, check_optional, check_seed
 from ifnd.registry import HOOKS
 
 
@@ -58,23 +60,27 @@ class PseudoLabelHook(Hook):
                  kmeans: dict | None = None, seed: int = 0, dataset: dict | None = None,
                  batch_size: int | None = None, num_workers: int = 2, save_labels: bool = True,
                  autocast: bool = True) -> None:
-        if isinstance(num_clusters, int) or not num_clusters:
+        if not isinstance(num_clusters, (list, tuple)) or not num_clusters:
             raise ValueError(f'PseudoLabelHook num_clusters must be a non-empty list of k, one per '
                              f'level, got {num_clusters!r}; e.g. num_clusters=[10, 30, 100]')
+        for level, k in enumerate(num_clusters):
+            check_number('PseudoLabelHook', f'num_clusters[{level}]', k, int)
         if min(num_clusters) < 2:
             raise ValueError(f'PseudoLabelHook num_clusters={list(num_clusters)} has a level with '
                              f'k={min(num_clusters)}: one cluster holds every sample, so all '
                              'negatives would be eliminated (loss 0, nothing learned); use k >= 2 '
                              'at every level')
-        if interval < 1:
-            raise ValueError(f'PseudoLabelHook interval must be >= 1, got {interval}')
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f'PseudoLabelHook batch_size must be >= 1 (or None: 2048 for data held '
-                             f'on the device, else 256), got {batch_size}')
+        owner = 'PseudoLabelHook'
+        check_number(owner, 'interval', interval, int, low=1, hint='epochs between rounds')
+        check_optional(owner, 'batch_size', batch_size, int, low=1,
+                       hint='or None: 2048 for data held on the device, else 256')
+        check_number(owner, 'num_workers', num_workers, int, low=0)
+        check_optional(owner, 'temperature', temperature)
         if temperature is not None and not temperature > 0:
             raise ValueError(f'PseudoLabelHook temperature (τ of κ) must be positive, or None for '
                              f"the model's loss temperature, got {temperature}")
-        acceptance_rate(0, 1, scheme, final_rate, step_epoch)  # validates the schedule now
+        check_acceptance(scheme, final_rate, step_epoch, owner)
+        check_seed(owner, 'seed', seed)
         # The k-means backend, its options and the sharding are checked here, once.
         self.kmeans, self.sharded = check_round_options(confidence, kmeans, 'PseudoLabelHook')
         self.num_clusters = list(num_clusters)
@@ -108,6 +114,12 @@ class PseudoLabelHook(Hook):
             raise TypeError(f'PseudoLabelHook needs an algorithm with pseudo labels (IFND, '
                             f"IFNDMoCo, PCL); {type(model).__name__} has label_source="
                             f'{getattr(model, "label_source", None)!r}')
+        idle = idle_schedule('PseudoLabelHook', runner.max_epochs, self.scheme, self.final_rate,
+                             self.step_epoch, self.interval)
+        if idle:  # known only now (train_cfg.max_epochs)
+            runner.logger.warning(f'{idle}: every sample keeps a label of its own, so the '
+                                  'pseudo labels change nothing in this run; lower the setting '
+                                  'or raise train_cfg.max_epochs')
         num = len(self._data(runner))
         if bank.num_levels == len(self.num_clusters) and bank.num_samples == num and runner.epoch > 0:
             if bank.cluster_counts == self.num_clusters:
@@ -230,28 +242,55 @@ class PseudoLabelHook(Hook):
         summary = os.path.join(folder, 'rounds.json')
         rounds = read_rounds(summary, runner.logger)
         rounds = [r for r in rounds if r['epoch'] < stats['epoch']] + [stats]
-        write_json(rounds, summary, indent=1, strict=True)
+        try:
+            write_json(rounds, summary, indent=1, strict=True)
+        except OSError as err:  # e.g. a folder in its place that could not be moved aside
+            cause = err.__cause__ or err
+            reason = getattr(cause, 'strerror', None) or cause
+            runner.logger.warning(f'could not write {summary} ({reason}); the round is in {path}, '
+                                  'the run goes on')
+
+
+# A summary's largest size: a round takes about 1 KB a clustering level, so this holds tens of
+# thousands of rounds; a larger file is not one this hook wrote.
+MAX_ROUNDS_BYTES = 64 << 20
 
 
 def read_rounds(path: str, logger=None) -> list[dict]:
-    """The rounds a ``rounds.json`` summary holds; a corrupt one is reported, kept aside and dropped.
+    """The rounds a ``rounds.json`` summary holds; a damaged one is reported, set aside and dropped.
 
-    The summary is a convenience: a damaged file must not stop the run before its checkpoint.
+    The summary is a convenience (the ``.npz`` files hold every round): a damaged file (cut short,
+    not UTF-8, too large, nested too deep, not a list of rounds) or a folder in its place must not
+    stop the run before its checkpoint.
     """
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return []
     try:
-        with open(path) as f:
-            rounds = json.load(f)
-        if not (isinstance(rounds, list)
-                and all(isinstance(r, dict) and isinstance(r.get('epoch'), int) for r in rounds)):
-            raise ValueError('not a list of rounds with an epoch each')
+        rounds = read_json(path, MAX_ROUNDS_BYTES)
+        if not (isinstance(rounds, list) and all(
+                isinstance(r, dict) and isinstance(r.get('epoch'), int)
+                and not isinstance(r['epoch'], bool) for r in rounds)):
+            raise ValueError(f'a JSON {type(rounds).__name__}, not a list of rounds with an epoch '
+                             'each')
         return rounds
-    except (ValueError, UnicodeDecodeError) as err:
-        kept = path + '.corrupt'
-        os.replace(path, kept)
+    except (OSError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        where = _set_aside(path)
         if logger is not None:
-            logger.warning(f'{path} is corrupt ({" ".join(str(err).split())}); moved to {kept} '
-                           'and started a new summary from this round (the .npz files hold every '
-                           'round)')
+            logger.warning(f'{path} is corrupt ({" ".join(reason.split())}); {where} and started a '
+                           'new summary from this round (the .npz files hold every round)')
         return []
+
+
+def _set_aside(path: str) -> str:
+    """Move a damaged ``path`` to a free ``path.corrupt[.N]`` name; what was done, for the log."""
+    kept = path + '.corrupt'
+    number = 0
+    while os.path.lexists(kept):  # earlier damaged copies are kept too
+        number += 1
+        kept = f'{path}.corrupt.{number}'
+    try:
+        os.replace(path, kept)
+    except OSError as err:
+        return f'could not move it aside ({err.strerror or err}), so it stays'
+    return f'moved to {kept}'

@@ -12,6 +12,7 @@ from mmengine.dist import get_rank
 from mmengine.hooks import Hook
 
 from ifnd.datasets.samplers import sample_seed
+from ifnd.engine.features import unwrap_model
 from ifnd.hooks.runtime_info import FLUSHED_INFO
 from ifnd.registry import HOOKS
 
@@ -45,9 +46,16 @@ class ReseedHook(Hook):
         seed_everything(sample_seed(runner.seed, runner.iter, get_rank()))
 
 
+# The usual ranges of the settings that scale the loss (the configs and benchmark presets): a
+# diverged run names the settings outside them.
+USUAL_TEMPERATURE = (0.05, 1.0)
+USUAL_MAX_BETA = 2.0
+
+
 @HOOKS.register_module()
 class FiniteLossHook(Hook):
-    """Stops training at a NaN or infinite loss, naming its iteration and the last finite loss.
+    """Stops training at a NaN or infinite loss, naming its iteration, the last finite loss and the
+    settings that scale the loss and its gradients (lr, temperature, τ⁺, β), not the lr alone.
 
     It reads the losses the runtime-info hook has already copied to the host for logging, so it
     adds no device synchronisation. With ``BufferedRuntimeInfoHook`` (the default runtime) that
@@ -92,11 +100,42 @@ class FiniteLossHook(Hook):
             last = ('no finite loss before it' if self._last_finite is None else
                     f'the last finite loss was {self._last_finite[1]:.6g} at iteration '
                     f'{self._last_finite[0]}')
+            settings, fixes = loss_settings(runner)
             raise FloatingPointError(
                 f'the loss became {loss} at iteration {iteration} (epoch {runner.epoch + 1}); '
-                f'{last}. Lower the learning rate or clip gradients '
-                '(optim_wrapper.clip_grad=dict(max_norm=...)), then continue from the last '
-                'checkpoint with --resume')
+                f'{last}. The settings that scale the loss and its gradients: {settings}. Lower '
+                'the learning rate or clip gradients (optim_wrapper.clip_grad=dict(max_norm=...))'
+                f'{fixes}, then continue from the last checkpoint with --resume')
+
+
+def loss_settings(runner) -> tuple[str, str]:
+    """The run's settings that scale the loss and its gradients (``'lr=0.3, temperature=0.1'``),
+    those out of their usual range marked, and the fix of the marked ones (or '')."""
+    named, unusual = [], False
+    try:
+        lrs = runner.optim_wrapper.get_lr()
+    except (AttributeError, KeyError, IndexError):  # no optimiser built: nothing to name
+        lrs = {}
+    for key, values in lrs.items():
+        values = sorted(set(float(v) for v in values))
+        named.append(f'{key}={values[0]:g}' if len(values) == 1 else
+                     f'{key}=[{", ".join(f"{v:g}" for v in values)}]')
+    model = unwrap_model(runner.model)
+    temperature = getattr(model, 'temperature', None)
+    if isinstance(temperature, (int, float)):
+        low = temperature < USUAL_TEMPERATURE[0]
+        usual = f' (the recipes use {USUAL_TEMPERATURE[0]:g} to {USUAL_TEMPERATURE[1]:g})'
+        named.append(f'temperature={temperature:g}' + (usual if low else ''))
+        unusual |= low
+    weighting = getattr(model, 'weighting', None)
+    if isinstance(weighting, dict):
+        named.append(f"weighting tau_plus={weighting['tau_plus']:g}")
+        high = weighting['beta'] > USUAL_MAX_BETA
+        named.append(f"weighting beta={weighting['beta']:g}" + (
+            f' (the recipes use at most {USUAL_MAX_BETA:g})' if high else ''))
+        unusual |= high
+    return ', '.join(named) or 'none found', (', bring the marked settings to their usual range'
+                                              if unusual else '')
 
 
 @HOOKS.register_module()

@@ -16,6 +16,8 @@ from mmengine.model import BaseModel
 from ifnd.dist import gather_no_grad, gather_with_grad
 from ifnd.models.false_negatives import (NegativeBatch, PseudoLabelBank, PseudoLabels,
                                          build_weighting, check_parts, flagged_loss)
+from ifnd.models.false_negatives.settings import check_logit_scale, check_temperature
+from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
 from ifnd.models.losses import (_candidate_logits, _check_candidates,
                                 false_negative_detection_counts)
 from ifnd.registry import MODELS
@@ -51,6 +53,9 @@ class ContrastiveAlgorithm(BaseModel):
 
     uses_prototypes = False  # whether the loss needs cluster centroids and concentrations
     records_detection = False  # whether the loss step counts its flagged false negatives
+    # The keys a config may set inside dict-valued arguments, with their types: read by the config
+    # checks of tools/train.py (``--cfg-options model.weighting.beta=2.0``).
+    config_dict_options = {'weighting': WEIGHTING_OPTIONS}
 
     def __init__(self, backbone: dict, neck: dict, temperature: float,
                  detector: dict | None = None, treatment: str | None = None,
@@ -63,13 +68,16 @@ class ContrastiveAlgorithm(BaseModel):
         detector, treatment, keeps_bank = parts_from_modes(loss_mode, label_source, detector,
                                                            treatment)
         check_parts(detector, treatment, weighting)
-        self.weighting = build_weighting(weighting)
+        name = type(self).__name__
+        self.temperature = check_temperature(name, temperature)
+        self.weighting = build_weighting(weighting, name)
+        if self.weighting is not None:
+            check_logit_scale(name, self.temperature, self.weighting['beta'])
         self.treatment = treatment
         self.backbone = MODELS.build(backbone)
         neck = dict(neck)
         neck.setdefault('in_dim', self.backbone.out_dim)
         self.neck = MODELS.build(neck)
-        self.temperature = temperature
         self.detector = None if detector is None else MODELS.build(detector)
         if isinstance(self.detector, PseudoLabels) or keeps_bank or self.uses_prototypes:
             self.label_bank = PseudoLabelBank()

@@ -33,6 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+# ifnd.models.false_negatives imports this module; its settings checks import nothing of ifnd.
+from ifnd.models.false_negatives.settings import check_number, check_optional, check_temperature
+
 __all__ = [
     'LOSS_MODES',
     'masked_info_nce',
@@ -136,8 +139,7 @@ def _check_candidates(anchors: Tensor, candidates: Tensor, positive_index: Tenso
         if index.shape != (anchors.shape[0], ):
             raise ValueError(f'{name} must have shape [{anchors.shape[0]}], got '
                              f'{tuple(index.shape)}')
-    if temperature <= 0:
-        raise ValueError(f'temperature must be positive, got {temperature}')
+    check_temperature('the loss', temperature)
 
 
 def _candidate_logits(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
@@ -398,14 +400,13 @@ class _QueueLogits(torch.autograd.Function):
         return grad_q, None, None
 
 
-def check_debiasing(tau_plus: float, beta: float) -> None:
+def check_debiasing(tau_plus: float, beta: float, owner: str = 'the loss') -> None:
     """Refuse a class prior τ⁺ outside [0, 1) or a negative hardness β, naming the fix."""
-    if not 0 <= tau_plus < 1:
-        raise ValueError(f'tau_plus (the class prior τ⁺) must be in [0, 1), got {tau_plus}: use '
-                         'about 1 / number of classes (0 gives the uncorrected loss)')
-    if not beta >= 0 or math.isinf(beta):
-        raise ValueError(f'beta (the hardness β) must be a finite number >= 0, got {beta}: 0 gives '
-                         'the debiased loss, larger values weight harder negatives more')
+    check_number(owner, 'tau_plus', tau_plus, low=0, high=1, high_open=True,
+                 hint='the class prior τ⁺, about 1 / number of classes (0 gives the uncorrected '
+                 'loss)')
+    check_number(owner, 'beta', beta, low=0, hint='the hardness β: 0 gives the debiased loss, '
+                 'larger values weight harder negatives more')
 
 
 def debiased_nce(pos_logits: Tensor,
@@ -425,8 +426,7 @@ def debiased_nce(pos_logits: Tensor,
     in the authors' code.
     """
     check_debiasing(tau_plus, beta)
-    if temperature <= 0:
-        raise ValueError(f'temperature must be positive, got {temperature}')
+    check_temperature('the loss', temperature)
     if neg_logits.ndim != 2 or pos_logits.shape != neg_logits.shape[:1]:
         raise ValueError(f'pos_logits must be [A] and neg_logits [A, C], got '
                          f'{tuple(pos_logits.shape)} and {tuple(neg_logits.shape)}')
@@ -517,12 +517,9 @@ def _check_fnc_selection(top_k: Optional[int], threshold: Optional[float],
     if (top_k is None) == (threshold is None):
         raise ValueError(f'FNC needs exactly one of top_k and threshold, got top_k={top_k} and '
                          f'threshold={threshold}: set the other to None')
-    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
-        raise ValueError(f'FNC top_k must be an int >= 1 (false negatives per anchor image), got '
-                         f'{top_k!r}')
-    if threshold is not None and not -1 <= threshold < 1:
-        raise ValueError(f'FNC threshold is a cosine similarity and must be in [-1, 1), got '
-                         f'{threshold}')
+    check_optional('FNC', 'top_k', top_k, int, low=1, hint='false negatives per anchor image')
+    check_optional('FNC', 'threshold', threshold, low=-1, high=1, high_open=True,
+                   hint='a cosine similarity')
 
 
 @torch.no_grad()

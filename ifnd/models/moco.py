@@ -13,6 +13,7 @@ from torch import nn
 from ifnd.dist import gather_no_grad
 from ifnd.models.contrastive import ContrastiveAlgorithm
 from ifnd.models.false_negatives import NegativeBatch, flagged_loss
+from ifnd.models.false_negatives.settings import check_number
 from ifnd.models.losses import _queue_logits, queue_debiased_loss
 from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS
@@ -30,6 +31,13 @@ class MoCoV2(ContrastiveAlgorithm):
 
     def __init__(self, backbone: dict, neck: dict, queue_len: int = 65536, momentum: float = 0.999,
                  temperature: float = 0.2, bn_splits: int = 8, **kwargs) -> None:
+        name = type(self).__name__
+        queue_len = check_number(name, 'queue_len', queue_len, int, low=1,
+                                 hint='the number of queued keys, the negatives')
+        momentum = check_number(name, 'momentum', momentum, low=0, high=1,
+                                hint="the key encoder's share of its own weights at each step")
+        bn_splits = check_number(name, 'bn_splits', bn_splits, int, low=1,
+                                 hint="groups of the key encoder's BN statistics")
         super().__init__(backbone, neck, temperature, **kwargs)
         if getattr(self.detector, 'batch_only', False):
             raise ValueError(f'the {type(self.detector).__name__} detector scores both views of '

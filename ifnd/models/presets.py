@@ -18,6 +18,7 @@ weighting=dict(type='hard', tau_plus=0.1, beta=1.0))``.
 import torch
 
 from ifnd.models.contrastive import SimCLR
+from ifnd.models.false_negatives.settings import check_number
 from ifnd.models.losses import check_debiasing, check_fnc_options, proto_nce_loss
 from ifnd.models.moco import MoCoV2
 from ifnd.registry import MODELS
@@ -50,7 +51,7 @@ def _refuse_labels(name: str, kwargs: dict) -> None:
 def _weighting(name: str, tau_plus: float, beta: float, kwargs: dict) -> dict:
     """The validated weighting of a debiased / hard-negative preset, which takes no labels."""
     _refuse_labels(name, kwargs)
-    check_debiasing(tau_plus, beta)
+    check_debiasing(tau_plus, beta, name)
     return dict(type='hard' if beta > 0 else 'debiased', tau_plus=float(tau_plus),
                 **({'beta': float(beta)} if beta > 0 else {}))
 
@@ -103,7 +104,8 @@ class PCL(_LabelPreset, SimCLR):
 
     def __init__(self, backbone: dict, neck: dict, proto_weight: float = 1.0, **kwargs) -> None:
         super().__init__(backbone, neck, **kwargs)
-        self.proto_weight = proto_weight
+        self.proto_weight = check_number('PCL', 'proto_weight', proto_weight, low=0,
+                                         hint="the prototype term's weight")
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """Instance term (of ``loss_mode``) plus the prototype term of ProtoNCE."""

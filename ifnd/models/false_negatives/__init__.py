@@ -7,6 +7,8 @@
 - ``acceptance.py``: acceptance schedules, IFND's rate and a random-order schedule for any detector.
 - ``treatment.py``: elimination and attraction of flagged negatives; debiased and hard weighting
   of the rest.
+- ``settings.py``: the checks of the parts' numeric settings (and the loss temperature), one line
+  naming the part, the key, the value and what it takes.
 """
 from .acceptance import ACCEPTANCE_SCHEMES, AcceptanceSchedule, acceptance_rate
 from .detector import FalseNegativeDetector, NegativeBatch

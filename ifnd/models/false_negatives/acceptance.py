@@ -10,7 +10,12 @@ import math
 
 import torch
 
+from .settings import check_number, check_seed
+
 ACCEPTANCE_SCHEMES = ('constant', 'step', 'linear')
+# An acceptance=dict(...)'s keys and their types (also read by the config checks of tools/train.py).
+ACCEPTANCE_OPTIONS = {'scheme': str, 'final_rate': float, 'step_epoch': int, 'interval': int,
+                      'seed': int}
 
 
 def acceptance_rate(epoch: int, max_epochs: int, scheme: str = 'linear', final_rate: float = 1.0,
@@ -20,7 +25,7 @@ def acceptance_rate(epoch: int, max_epochs: int, scheme: str = 'linear', final_r
     ``'constant'``: ``final_rate``; ``'step'``: 0 before ``step_epoch``, then ``final_rate``;
     ``'linear'``: ``final_rate * epoch / max_epochs`` clamped to ``[0, final_rate]``.
     """
-    check_acceptance(scheme, final_rate)
+    check_acceptance(scheme, final_rate, step_epoch)
     if scheme == 'constant':
         return float(final_rate)
     if scheme == 'step':
@@ -30,12 +35,30 @@ def acceptance_rate(epoch: int, max_epochs: int, scheme: str = 'linear', final_r
     return float(min(max(final_rate * epoch / max_epochs, 0.0), final_rate))
 
 
-def check_acceptance(scheme: str, final_rate: float) -> None:
-    """Refuse an unknown scheme or a rate outside [0, 1], naming the valid values."""
-    if scheme not in ACCEPTANCE_SCHEMES:
-        raise ValueError(f'unknown acceptance scheme {scheme!r}; valid: {ACCEPTANCE_SCHEMES}')
-    if not 0.0 <= final_rate <= 1.0:
-        raise ValueError(f'final_rate must be in [0, 1], got {final_rate}')
+def check_acceptance(scheme: str, final_rate: float, step_epoch: int = 0,
+                     owner: str = 'acceptance') -> None:
+    """Refuse an unknown scheme, a rate outside [0, 1] or a negative step epoch, naming the fix."""
+    if not isinstance(scheme, str) or scheme not in ACCEPTANCE_SCHEMES:
+        raise ValueError(f'{owner} scheme must be one of {ACCEPTANCE_SCHEMES}, got {scheme!r}')
+    check_number(owner, 'final_rate', final_rate, low=0.0, high=1.0,
+                 hint='the share of the samples accepted at the end')
+    check_number(owner, 'step_epoch', step_epoch, int, low=0,
+                 hint="the epoch the 'step' scheme starts accepting at")
+
+
+def idle_schedule(owner: str, max_epochs: int, scheme: str, final_rate: float, step_epoch: int,
+                  interval: int) -> str | None:
+    """Why a run of ``max_epochs`` ends before the schedule accepts a sample, or None.
+
+    Epoch e trains with the rate of the last update, after ``e - e % interval`` epochs (IFND's
+    last clustering round): a step or an interval past the run's end leaves every rate 0.
+    """
+    for epoch in range(max_epochs):
+        if acceptance_rate(epoch - epoch % interval, max_epochs, scheme, final_rate, step_epoch):
+            return None
+    return (f'{owner} (scheme={scheme!r}, final_rate={final_rate:g}, step_epoch={step_epoch}, '
+            f'interval={interval}) accepts no sample before the run ends (train_cfg.max_epochs='
+            f'{max_epochs})')
 
 
 class AcceptanceSchedule:
@@ -48,16 +71,21 @@ class AcceptanceSchedule:
     """
 
     def __init__(self, scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
-                 interval: int = 1, seed: int = 0) -> None:
-        check_acceptance(scheme, final_rate)
-        if not isinstance(interval, int) or interval < 1:
-            raise ValueError(f'acceptance interval must be an int >= 1 (epochs between rate '
-                             f'updates, IFND\'s clustering interval), got {interval!r}')
+                 interval: int = 1, seed: int = 0, owner: str = 'acceptance') -> None:
+        check_acceptance(scheme, final_rate, step_epoch, owner)
+        self.interval = check_number(owner, 'interval', interval, int, low=1,
+                                     hint="epochs between rate updates, IFND's clustering interval")
+        self.seed = check_seed(owner, 'seed', seed)
         self.scheme, self.final_rate, self.step_epoch = scheme, float(final_rate), step_epoch
-        self.interval, self.seed = interval, seed
+        self.owner = owner  # names the part in messages
         self.rate = 0.0
         self._rank: torch.Tensor | None = None  # position of each sample in the permutation
         self._count = 0
+
+    def idle_warning(self, max_epochs: int) -> str | None:
+        """Why a run of ``max_epochs`` ends before this schedule accepts a sample, or None."""
+        return idle_schedule(self.owner, max_epochs, self.scheme, self.final_rate,
+                             self.step_epoch, self.interval)
 
     def setup(self, num_samples: int, device: torch.device) -> None:
         """Draw the order of the ``num_samples`` training samples."""

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .acceptance import AcceptanceSchedule
+from .acceptance import ACCEPTANCE_OPTIONS, AcceptanceSchedule
+from .settings import check_options
 
 
 @dataclass
@@ -51,10 +52,17 @@ class FalseNegativeDetector(nn.Module):
     support_views = 0  # extra views per image, embedded without gradient
     batch_only = False  # flags only among the batch's views (not MoCo's queue)
     levels = 1
+    # The keys a config may set inside dict-valued arguments, with their types: read by the config
+    # checks of tools/train.py (``--cfg-options model.detector.acceptance.seed=1``).
+    config_dict_options = {'acceptance': ACCEPTANCE_OPTIONS}
 
     def __init__(self, acceptance: dict | None = None) -> None:
         super().__init__()
-        self.acceptance = None if acceptance is None else AcceptanceSchedule(**acceptance)
+        self.acceptance = None
+        if acceptance is not None:
+            owner = f'{type(self).__name__} acceptance'
+            check_options(owner, acceptance, ACCEPTANCE_OPTIONS)
+            self.acceptance = AcceptanceSchedule(**acceptance, owner=owner)
         self.epoch = 0
         self.max_epochs = 0
         self.num_samples = 0
@@ -64,6 +72,11 @@ class FalseNegativeDetector(nn.Module):
         self.num_samples, self.max_epochs = num_samples, max_epochs
         if self.acceptance is not None:
             self.acceptance.setup(num_samples, device)
+
+    def idle_warnings(self, max_epochs: int) -> list[str]:
+        """The settings that keep this detector from flagging anything in a run of ``max_epochs``."""
+        warning = None if self.acceptance is None else self.acceptance.idle_warning(max_epochs)
+        return [warning] if warning else []
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch about to start (epochs done)."""

@@ -20,6 +20,7 @@ from ifnd.registry import MODELS
 
 from .detector import FalseNegativeDetector, NegativeBatch
 from .sample_state import PerSampleState
+from .settings import check_number
 
 
 @MODELS.register_module()
@@ -32,18 +33,17 @@ class GloFND(FalseNegativeDetector, PerSampleState):
                  betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8,
                  acceptance: dict | None = None) -> None:
         super().__init__(acceptance)
-        if not 0 < alpha < 1:
-            raise ValueError(f'GloFND alpha is the share of negatives taken as false, in (0, 1), '
-                             f'got {alpha}: about 1 / number of classes')
-        if not isinstance(start_epoch, int) or start_epoch < 0:
-            raise ValueError(f'GloFND start_epoch must be an int >= 0, got {start_epoch!r}')
-        if not lr > 0:
-            raise ValueError(f"GloFND lr (λ's learning rate) must be > 0, got {lr}")
-        if len(betas) != 2 or not all(0 <= b < 1 for b in betas) or not eps > 0:
-            raise ValueError(f'GloFND betas must be two numbers in [0, 1) and eps > 0, got '
-                             f'{betas} and {eps}')
-        self.alpha, self.start_epoch, self.lr = float(alpha), start_epoch, float(lr)
-        self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
+        self.alpha = check_number('GloFND', 'alpha', alpha, low=0, high=1, low_open=True,
+                                  high_open=True, hint='the share of negatives taken as false, '
+                                  'about 1 / number of classes')
+        self.start_epoch = check_number('GloFND', 'start_epoch', start_epoch, int, low=0,
+                                        hint='the epoch λ starts learning and flagging at')
+        self.lr = check_number('GloFND', 'lr', lr, low=0, low_open=True, hint="λ's learning rate")
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            raise TypeError(f"GloFND betas must be two floats in [0, 1) (Adam's), got {betas!r}")
+        self.betas = tuple(check_number('GloFND', f'betas[{i}]', b, low=0, high=1, high_open=True)
+                           for i, b in enumerate(betas))
+        self.eps = check_number('GloFND', 'eps', eps, low=0, low_open=True)
         for name, dtype in (('threshold', torch.float32), ('exp_avg', torch.float32),
                             ('exp_avg_sq', torch.float32), ('steps', torch.long)):
             self.register_buffer(name, torch.empty(0, dtype=dtype))
@@ -61,6 +61,14 @@ class GloFND(FalseNegativeDetector, PerSampleState):
         self.exp_avg = torch.zeros(num_samples, device=device)
         self.exp_avg_sq = torch.zeros(num_samples, device=device)
         self.steps = torch.zeros(num_samples, dtype=torch.long, device=device)
+
+    def idle_warnings(self, max_epochs: int) -> list[str]:
+        """A ``start_epoch`` past the run's end, besides the acceptance schedule's."""
+        warnings = super().idle_warnings(max_epochs)
+        if self.start_epoch >= max_epochs:
+            warnings.append(f'GloFND start_epoch={self.start_epoch} is not before the run\'s end '
+                            f'(train_cfg.max_epochs={max_epochs})')
+        return warnings
 
     @property
     def active(self) -> bool:

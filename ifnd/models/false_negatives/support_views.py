@@ -11,6 +11,7 @@ from ifnd.models.losses import _check_fnc_selection, fnc_false_negatives
 from ifnd.registry import MODELS
 
 from .detector import FalseNegativeDetector, NegativeBatch
+from .settings import check_number
 
 
 @MODELS.register_module()
@@ -24,10 +25,9 @@ class SupportViews(FalseNegativeDetector):
                  acceptance: dict | None = None) -> None:
         super().__init__(acceptance)
         _check_fnc_selection(top_k, threshold, aggregation)
-        if not isinstance(num_support_views, int) or num_support_views < 1:
-            raise ValueError(f'FNC needs num_support_views S >= 1 (it finds false negatives with '
-                             f'them), got {num_support_views!r}; give the training pipeline '
-                             'MultiView(num_views=2 + S)')
+        check_number('FNC', 'num_support_views', num_support_views, int, low=1,
+                     hint='the support views S it finds false negatives with; give the training '
+                     'pipeline MultiView(num_views=2 + S)')
         self.needs_index = acceptance is not None
         self.support_views = num_support_views
         self.top_k, self.threshold, self.aggregation = top_k, threshold, aggregation

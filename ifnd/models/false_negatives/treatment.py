@@ -23,25 +23,28 @@ from ifnd.models.losses import _masked_nce, check_debiasing, debiased_nce
 
 TREATMENTS = ('elim', 'attr')
 WEIGHTINGS = {'debiased': dict(tau_plus=0.1), 'hard': dict(tau_plus=0.1, beta=1.0)}
+# A weighting=dict(...)'s keys and their types (also read by the config checks of tools/train.py).
+WEIGHTING_OPTIONS = {'type': str, 'tau_plus': float, 'beta': float}
 
 
-def build_weighting(weighting: dict | None) -> dict | None:
+def build_weighting(weighting: dict | None, owner: str = 'the model') -> dict | None:
     """The weighting's checked settings ``{'tau_plus', 'beta'}``, or None for the plain sum."""
     if weighting is None:
         return None
     if not isinstance(weighting, dict) or weighting.get('type') not in WEIGHTINGS:
-        raise ValueError(f"weighting must be None or dict(type=...) with type one of "
+        raise ValueError(f"{owner} weighting must be None or dict(type=...) with type one of "
                          f"{sorted(WEIGHTINGS)}, got {weighting!r}")
     kind = weighting['type']
     settings = {**WEIGHTINGS[kind], **{k: v for k, v in weighting.items() if k != 'type'}}
     unknown = sorted(set(settings) - set(WEIGHTINGS[kind]))
     if unknown:
-        raise ValueError(f'weighting {kind!r} takes {sorted(WEIGHTINGS[kind])}, not {unknown}')
+        raise ValueError(f'{owner} weighting {kind!r} takes {sorted(WEIGHTINGS[kind])}, not '
+                         f'{unknown}')
     settings.setdefault('beta', 0.0)
+    check_debiasing(settings['tau_plus'], settings['beta'], f'{owner} weighting')
     if kind == 'hard' and settings['beta'] <= 0:
-        raise ValueError(f"weighting 'hard' needs beta > 0 (the hardness), got {settings['beta']}; "
-                         "beta=0 is type='debiased'")
-    check_debiasing(settings['tau_plus'], settings['beta'])
+        raise ValueError(f"{owner} weighting 'hard' needs beta > 0 (the hardness), got "
+                         f"{settings['beta']}; beta=0 is type='debiased'")
     return {'tau_plus': float(settings['tau_plus']), 'beta': float(settings['beta'])}
 
 

@@ -1,0 +1,97 @@
+"""The parts' numeric settings, checked where a part is built: one line names the part, the key,
+the value and what the key takes.
+
+Bools are not numbers here (``beta=True`` is a slip, not 1.0), and a float must be finite in
+float32, the precision the losses and the per-sample state compute in (1e300 would be inf there).
+"""
+import math
+import numbers
+
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
+SEED_LIMIT = 2 ** 32  # numpy's seeds are in [0, 2**32); run seeds and the parts' seeds alike
+# The smallest loss temperature accepted. The losses use log-sum-exp, so exp(1/τ) never overflows,
+# but the logits cos/τ reach ±1/τ and the gradients grow with them: below 1e-3 (ten times under
+# the smallest τ in use, CLIP's 0.01; recipes use 0.05 to 1) a cosine gap of 0.09 already weighs
+# e^-87, float32's smallest normal number, so the loss is an arg-max hinge 1/τ times its usual
+# size, and near τ = 1e-20 the gradients overflow float32 (the loss is NaN at the second step).
+MIN_TEMPERATURE = 1e-3
+
+
+def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """The range as written in a message: '> 0', '>= 1', 'in [0, 1)'."""
+    def text(bound: float) -> str:
+        return str(bound) if isinstance(bound, int) else f'{bound:g}'
+
+    if low is not None and high is not None:
+        return f"in {'(' if low_open else '['}{text(low)}, {text(high)}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{'>' if low_open else '>='} {text(low)}"
+    if high is not None:
+        return f"{'<' if high_open else '<='} {text(high)}"
+    return ''
+
+
+def check_number(owner: str, key: str, value: object, kind: type = float, *,
+                 low: float | None = None, high: float | None = None, low_open: bool = False,
+                 high_open: bool = False, hint: str = '') -> int | float:
+    """``value`` as ``kind`` (int or float) when it is one and in range; else one line naming it.
+
+    A wrong type raises ``TypeError``, a value out of range (or not finite in float32)
+    ``ValueError``; both name ``owner`` (the part), ``key``, the value and what it must be, then
+    ``hint`` (the setting's meaning or the fix).
+    """
+    bounds = _bounds(low, high, low_open, high_open)
+    what = f"{'an int' if kind is int else 'a float'}{' ' + bounds if bounds else ''}"
+    tail = f': {hint}' if hint else ''
+    wanted = numbers.Integral if kind is int else numbers.Real
+    if not isinstance(value, wanted) or isinstance(value, bool):
+        raise TypeError(f'{owner} {key} must be {what}, got {value!r} ({type(value).__name__})'
+                        f'{tail}')
+    number = int(value) if kind is int else float(value)
+    below = low is not None and (number <= low if low_open else number < low)
+    above = high is not None and (number >= high if high_open else number > high)
+    if kind is float and not (math.isfinite(number) and abs(number) <= FLOAT32_MAX):
+        what += ', finite in float32'
+        below = True
+    if below or above:
+        raise ValueError(f'{owner} {key} must be {what}, got {value!r}{tail}')
+    return number
+
+
+def check_optional(owner: str, key: str, value: object, kind: type = float,
+                   **bounds) -> int | float | None:
+    """:func:`check_number` for a setting that may be None (then None)."""
+    return None if value is None else check_number(owner, key, value, kind, **bounds)
+
+
+def check_seed(owner: str, key: str, value: object) -> int:
+    """A seed: an int in numpy's range [0, 2**32)."""
+    return check_number(owner, key, value, int, low=0, high=SEED_LIMIT, high_open=True,
+                        hint="numpy's seed range")
+
+
+def check_temperature(owner: str, value: object) -> float:
+    """A loss temperature τ: a float of at least ``MIN_TEMPERATURE`` (see there why)."""
+    return check_number(owner, 'temperature', value, low=MIN_TEMPERATURE,
+                        hint='the logits are cos/τ; recipes use 0.05 to 1')
+
+
+def check_logit_scale(owner: str, temperature: float, beta: float) -> None:
+    """Refuse a hardness β whose weighted logits (β + 1)·cos/τ leave float32's range."""
+    scale = (beta + 1.0) / temperature
+    if not scale <= FLOAT32_MAX:
+        raise ValueError(f'{owner} weighting beta={beta:g} with temperature={temperature:g} '
+                         f'weights the logits by (beta + 1) / temperature = {scale:.3g}, beyond '
+                         f"float32's {FLOAT32_MAX:.3g} (the loss would be NaN): lower beta (the "
+                         'configs use 1.0)')
+
+
+def check_options(owner: str, options: object, known: dict) -> dict:
+    """A dict-valued setting (``acceptance=dict(...)``): a dict whose keys are all in ``known``."""
+    if not isinstance(options, dict):
+        raise TypeError(f'{owner} must be a dict of {", ".join(known)}, got {options!r} '
+                        f'({type(options).__name__})')
+    unknown = sorted(set(options) - set(known), key=str)
+    if unknown:
+        raise ValueError(f'{owner} takes {", ".join(known)}, not {", ".join(map(str, unknown))}')
+    return options

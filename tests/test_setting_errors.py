@@ -1,0 +1,192 @@
+"""Settings of the false-negative parts and the loss, refused where the model is built from a config
+(one line naming the part, the key, the value and what it takes), warned about once the run's
+length is known, and named when a run diverges."""
+import math
+import os.path as osp
+import re
+
+import pytest
+import torch
+from helpers import CONFIG_DIR, digits_config, train_error
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from ifnd.registry import HOOKS, MODELS, RUNNERS
+
+SEED_RANGE = 'an int in [0, 4294967296), got'
+
+
+@pytest.fixture(autouse=True)
+def scope():
+    init_default_scope('ifnd')
+
+
+def _build(config: str, key: str, value):
+    """The model of ``configs/<config>`` with ``model.<key>`` set, built (shapes only)."""
+    cfg = Config.fromfile(osp.join(CONFIG_DIR, config))
+    cfg.merge_from_dict({f'model.{key}': value})
+    with torch.device('meta'):
+        return MODELS.build(cfg.model)
+
+
+GLOFND = 'glofnd/glofnd_r18_8e_digits.py'
+ACCEPTANCE = 'ifnd/oracle_elim_linear_r18_8e_digits.py'  # GroundTruth with an acceptance schedule
+HARD = 'hard_negative/hard_negative_r18_8e_digits.py'
+IFND_HARD = 'ifnd/ifnd_hard_r18_8e_digits.py'  # SimCLR with detector, treatment and weighting
+FNC = 'fnc/fnc_elim_r18_8e_digits.py'
+MOCO = 'mocov2/mocov2_r50_200e_in1k.py'
+
+
+@pytest.mark.parametrize('config, key, value, error, message', [
+    (GLOFND, 'detector.alpha', '0.1', TypeError,
+     "GloFND alpha must be a float in (0, 1), got '0.1' (str)"),
+    (GLOFND, 'detector.lr', True, TypeError, 'GloFND lr must be a float > 0, got True (bool)'),
+    (GLOFND, 'detector.lr', 1e300, ValueError,
+     'GloFND lr must be a float > 0, finite in float32, got 1e+300'),
+    (GLOFND, 'detector.start_epoch', 2.0, TypeError,
+     'GloFND start_epoch must be an int >= 0, got 2.0 (float)'),
+    (GLOFND, 'detector.betas', (0.9, '0.98'), TypeError,
+     "GloFND betas[1] must be a float in [0, 1), got '0.98' (str)"),
+    (GLOFND, 'detector.eps', None, TypeError, 'GloFND eps must be a float > 0, got None'),
+    (ACCEPTANCE, 'detector.acceptance.seed', 1.5, TypeError,
+     f'GroundTruth acceptance seed must be {SEED_RANGE} 1.5 (float)'),
+    (ACCEPTANCE, 'detector.acceptance.seed', 2 ** 64, ValueError,
+     f'GroundTruth acceptance seed must be {SEED_RANGE} 18446744073709551616'),
+    (ACCEPTANCE, 'detector.acceptance.seed', -1, ValueError,
+     f'GroundTruth acceptance seed must be {SEED_RANGE} -1'),
+    (ACCEPTANCE, 'detector.acceptance.step_epoch', 'x', TypeError,
+     "GroundTruth acceptance step_epoch must be an int >= 0, got 'x' (str)"),
+    (ACCEPTANCE, 'detector.acceptance.final_rate', None, TypeError,
+     'GroundTruth acceptance final_rate must be a float in [0, 1], got None (NoneType)'),
+    (ACCEPTANCE, 'detector.acceptance.interval', 0, ValueError,
+     'GroundTruth acceptance interval must be an int >= 1, got 0'),
+    (ACCEPTANCE, 'detector.acceptance.scheme', 'cosine', ValueError,
+     "GroundTruth acceptance scheme must be one of ('constant', 'step', 'linear'), got 'cosine'"),
+    (ACCEPTANCE, 'detector.acceptance.seeed', 1, ValueError,
+     'GroundTruth acceptance takes scheme, final_rate, step_epoch, interval, seed, not seeed'),
+    (HARD, 'tau_plus', '0.1', TypeError,
+     "HardNegativeCL tau_plus must be a float in [0, 1), got '0.1' (str)"),
+    (HARD, 'beta', True, TypeError, 'HardNegativeCL beta must be a float >= 0, got True (bool)'),
+    (HARD, 'beta', 1e300, ValueError,
+     'HardNegativeCL beta must be a float >= 0, finite in float32, got 1e+300'),
+    (IFND_HARD, 'weighting.tau_plus', math.nan, ValueError,
+     'SimCLR weighting tau_plus must be a float in [0, 1), finite in float32, got nan'),
+    (IFND_HARD, 'weighting.beta', '1.0', TypeError,
+     "SimCLR weighting beta must be a float >= 0, got '1.0' (str)"),
+    (FNC, 'top_k', 2.5, TypeError, 'FNC top_k must be an int >= 1, got 2.5 (float)'),
+    (FNC, 'num_support_views', '2', TypeError,
+     "FNC num_support_views must be an int >= 1, got '2' (str)"),
+    (MOCO, 'queue_len', '4096', TypeError, "MoCoV2 queue_len must be an int >= 1, got '4096' (str)"),
+    (MOCO, 'momentum', 1.5, ValueError, 'MoCoV2 momentum must be a float in [0, 1], got 1.5'),
+    (MOCO, 'bn_splits', False, TypeError, 'MoCoV2 bn_splits must be an int >= 1, got False (bool)'),
+])
+def test_a_part_setting_of_the_wrong_type_or_range_is_named_at_build(config, key, value, error,
+                                                                     message):
+    with pytest.raises(error) as err:
+        _build(config, key, value)
+    assert str(err.value).startswith(message) and '\n' not in str(err.value)
+
+
+@pytest.mark.parametrize('value', [math.nan, math.inf, 0.0, -0.5, 1e-30, '0.5', None])
+def test_a_temperature_out_of_range_is_refused(value):
+    """The loss uses log-sum-exp, but its logits and gradients scale as 1/τ: τ below 1e-3 is refused
+    (a τ of 1e-20 makes the second step's loss NaN on digits), as is any non-number."""
+    error = TypeError if isinstance(value, str) or value is None else ValueError
+    with pytest.raises(error, match=r'^SimCLR temperature must be a float >= 0\.001'):
+        _build('simclr/simclr_r18_8e_digits.py', 'temperature', value)
+    assert _build('simclr/simclr_r18_8e_digits.py', 'temperature', 1e-3).temperature == 1e-3
+
+
+def test_a_hardness_whose_weighted_logits_overflow_float32_is_refused():
+    """(β + 1)·cos/τ is computed in float32: β = 1e37 is fine at τ = 0.5, not at τ = 0.01."""
+    assert _build(IFND_HARD, 'weighting.beta', 1e37).weighting['beta'] == 1e37
+    cfg = Config.fromfile(osp.join(CONFIG_DIR, IFND_HARD))
+    cfg.merge_from_dict({'model.weighting.beta': 1e37, 'model.temperature': 0.01})
+    with pytest.raises(ValueError, match=r"SimCLR weighting beta=1e\+37 with temperature=0.01 "
+                                         r"weights the logits by \(beta \+ 1\) / temperature = "
+                                         r"1e\+39, beyond float32's 3.4e\+38"):
+        MODELS.build(cfg.model)
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('seed', 2 ** 32, f'PseudoLabelHook seed must be {SEED_RANGE} 4294967296'),
+    ('step_epoch', 'x', "PseudoLabelHook step_epoch must be an int >= 0, got 'x' (str)"),
+    ('final_rate', None, 'PseudoLabelHook final_rate must be a float in [0, 1], got None'),
+    ('interval', 1.5, 'PseudoLabelHook interval must be an int >= 1, got 1.5 (float)'),
+    ('num_clusters', ['10', 30], "PseudoLabelHook num_clusters[0] must be an int, got '10' (str)"),
+    ('temperature', '0.1', "PseudoLabelHook temperature must be a float, got '0.1' (str)"),
+])
+def test_pseudo_label_hook_settings_are_named(key, value, message):
+    cfg = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r18_8e_digits.py'))
+    hook = dict(cfg.custom_hooks[0], **{key: value})
+    assert hook['type'] == 'PseudoLabelHook'
+    with pytest.raises((TypeError, ValueError), match='^' + re.escape(message)):
+        HOOKS.build(hook)
+
+
+def test_train_names_the_config_key_or_the_part(tmp_path):
+    """Through tools/train.py: a dict-valued setting's key is checked with the config's other keys
+    (its path in the config), a value of the right type out of range by the part, one line each."""
+    path = osp.join(CONFIG_DIR, ACCEPTANCE)
+    message = train_error(path, '--work-dir', str(tmp_path), '--cfg-options',
+                          'model.detector.acceptance.final_rate=all')
+    assert message.startswith("error: config key 'model.detector.acceptance.final_rate' must be "
+                              "float, got 'all' (str)")
+    message = train_error(path, '--work-dir', str(tmp_path), '--cfg-options',
+                          f'model.detector.acceptance.seed={2 ** 64}')
+    assert message.startswith(f'error: GroundTruth acceptance seed must be {SEED_RANGE} '
+                              '18446744073709551616')
+    message = train_error(osp.join(CONFIG_DIR, IFND_HARD), '--work-dir', str(tmp_path),
+                          '--cfg-options', 'model.weighting.beta=True')
+    assert message.startswith("error: config key 'model.weighting.beta' must be float, got True")
+
+
+def _log(work_dir) -> str:
+    return ''.join(p.read_text() for p in work_dir.glob('*/*.log'))
+
+
+def _short_run(work_dir, model: dict, max_epochs: int = 1, **kwargs) -> None:
+    cfg = digits_config(str(work_dir), model, max_epochs=max_epochs, **kwargs)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1  # 2 iterations an epoch
+    RUNNERS.build(cfg).train()
+
+
+def test_a_start_past_the_runs_end_is_warned(tmp_path):
+    """GloFND's start_epoch, an acceptance schedule's step and IFND's step at or past
+    train_cfg.max_epochs would silently train without detection: each is logged once."""
+    model = dict(type='SimCLR', temperature=0.5, treatment='elim', detector=dict(
+        type='GloFND', start_epoch=2, acceptance=dict(scheme='step', step_epoch=3)))
+    _short_run(tmp_path / 'glofnd', model, max_epochs=2)
+    log = _log(tmp_path / 'glofnd')
+    assert ("GloFND acceptance (scheme='step', final_rate=1, step_epoch=3, interval=1) accepts no "
+            'sample before the run ends (train_cfg.max_epochs=2): GloFND flags no false negative '
+            'in this run, which trains as if it had no detector; lower the setting or raise '
+            'train_cfg.max_epochs') in log
+    assert "GloFND start_epoch=2 is not before the run's end (train_cfg.max_epochs=2)" in log
+    _short_run(tmp_path / 'ifnd', dict(type='IFND', temperature=0.5), pseudo_labels=dict(
+        num_clusters=[10], scheme='step', step_epoch=1, kmeans=dict(nredo=1, niter=5)))
+    assert ("PseudoLabelHook (scheme='step', final_rate=1, step_epoch=1, interval=1) accepts no "
+            'sample before the run ends (train_cfg.max_epochs=1): every sample keeps a label of '
+            'its own') in _log(tmp_path / 'ifnd')
+    _short_run(tmp_path / 'in_time', dict(model, detector=dict(type='GloFND', start_epoch=1)),
+               max_epochs=2)
+    assert 'before the run' not in _log(tmp_path / 'in_time')
+
+
+def test_a_diverged_run_names_the_settings_that_scale_the_loss(tmp_path):
+    """A NaN loss names lr, the temperature and the weighting's τ⁺ and β with their values, and
+    marks those outside the recipes' range, not the learning rate alone."""
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='HardNegativeCL', temperature=0.01,
+                                                   beta=1.0), max_epochs=1)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    cfg.optim_wrapper.optimizer.lr = 1e30
+    path = str(tmp_path / 'cfg.py')
+    cfg.dump(path)
+    message = train_error(path)
+    assert message.startswith('error: the loss became nan at iteration 2 (epoch 1); the last '
+                              'finite loss was ')
+    assert ('The settings that scale the loss and its gradients: lr=1e+30, temperature=0.01 (the '
+            'recipes use 0.05 to 1), weighting tau_plus=0.1, weighting beta=1. Lower the learning '
+            'rate or clip gradients (optim_wrapper.clip_grad=dict(max_norm=...)), bring the '
+            'marked settings to their usual range, then continue from the last checkpoint with '
+            '--resume') in message
