@@ -1,5 +1,8 @@
 from setuptools import find_packages, setup
 
+# The device views' image decoders (torchvision's are deprecated): 0.16 brought them, for torch >= 2.11.
+TORCHCODEC = 'torchcodec>=0.16'
+
 with open('README.md', encoding='utf-8') as f:
     long_description = f.read()
 
@@ -33,8 +36,10 @@ setup(
     extras_require={
         # faiss on the GPU: install instead of faiss-cpu (pip uninstall faiss-cpu first).
         'faiss-gpu': ['faiss-gpu>=1.7.4'],
-        # Views made on the training device (augment_on='device' in the dataset configs).
-        'device': [],  # device views need only torch and torchvision (kept: `pip install ifnd[device]`)
-        'tests': ['pytest>=7'],
+        # Views made on the training device (augment_on='device' in the dataset configs): TorchCodec
+        # decodes their image files (JPEG on the device); without it, torchvision's decoders do.
+        'device': [TORCHCODEC],
+        'torchcodec': [TORCHCODEC],
+        'tests': ['pytest>=7', TORCHCODEC],  # both decoders are tested where TorchCodec decodes
     },
 )

@@ -7,7 +7,9 @@ Trains SimCLR with a small ResNet-18 through ``tools/train.py`` (one subprocess 
 
 each once with ``augment_on='cpu'`` (torchvision views in ``--workers`` loader workers) and once with
 ``augment_on='device'`` (views made in batches in the data preprocessor; in-memory data sampled as whole
-batches without workers, JPEG files decoded by ``decode_jpeg`` on the device). Every iteration is
+batches without workers, JPEG files decoded on the device). The JPEG files' device run is made once per
+decoder (``--decoder``, default ``both``: TorchCodec and torchvision's decoders, each installed one a row
+of the same table, side by side; Pillow decodes in the workers of the CPU run). Every iteration is
 logged (``log_processor.window_size=1``); the first ``--warmup`` iterations are left out and the
 median iteration time gives images/s (source images; each makes two views).
 
@@ -54,7 +56,7 @@ model = dict(
     backbone=dict(type='TimmBackbone', model_name='resnet18', cifar_stem={cifar_stem},
                   channels={channels}),
     neck=dict(type='MLPNeck', hidden_dim=64, out_dim=32, num_layers=2),
-    data_preprocessor=dict(type='ContrastiveDataPreprocessor'))
+    data_preprocessor=dict(type='ContrastiveDataPreprocessor', decoder={decoder!r}))
 train_dataloader = dict(batch_size={batch_size}, num_workers={workers}, persistent_workers={persistent},
                         dataset={dataset})
 optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.05, momentum=0.9))
@@ -80,6 +82,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument('--jpeg-images', type=int, default=256, help='JPEG files to generate')
     p.add_argument('--jpeg-size', type=int, default=224, help='side of the generated JPEG files')
     p.add_argument('--jpeg-crop', type=int, default=224, help='view size on the JPEG data (MoCo v2 view)')
+    p.add_argument('--decoder', choices=('both', 'torchcodec', 'torchvision'), default='both',
+                   help="JPEG files' device runs: decoded by TorchCodec, by torchvision's decoders, or one "
+                   'run (and row) by each of the two installed')
     p.add_argument('--channels', type=int, nargs=4, default=(8, 16, 32, 64), help='ResNet-18 stage widths')
     p.add_argument('--threads', type=int, help='OMP/MKL threads of the training processes')
     p.add_argument('--work-dir', default='work_dirs/throughput', help='configs, logs and the JPEG folder')
@@ -122,8 +127,9 @@ def make_jpeg_folder(root: str, n: int, size: int, seed: int = 0) -> str:
     return root
 
 
-def write_config(path: str, data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str) -> str:
-    """A tools/train.py config for one run."""
+def write_config(path: str, data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str,
+                 decoder: str = 'auto') -> str:
+    """A tools/train.py config for one run (``decoder``: the device path's, see ContrastiveDataPreprocessor)."""
     dataset_base = osp.join(REPO, 'configs', '_base_', 'datasets', 'digits.py' if data == 'digits' else
                             'imagenet.py')
     if data == 'digits':
@@ -136,7 +142,7 @@ def write_config(path: str, data: str, augment_on: str, args: argparse.Namespace
     text = CONFIG.format(runtime=osp.join(REPO, 'configs', '_base_', 'default_runtime.py'),
                          dataset_base=dataset_base, cifar_stem=data == 'digits', channels=tuple(args.channels),
                          batch_size=args.batch_size, workers=workers, persistent=workers > 0,
-                         dataset=repr(dataset), iters=args.warmup + args.iters)
+                         dataset=repr(dataset), iters=args.warmup + args.iters, decoder=decoder)
     with open(path, 'w') as f:
         f.write(text)
     return path
@@ -157,23 +163,46 @@ def iteration_times(work_dir: str) -> tuple[list[float], list[float]]:
     return times, data_times
 
 
-def run(data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str) -> dict:
-    """Train once through tools/train.py; images/s and the data-loading share of the timed iterations."""
-    work_dir = osp.abspath(osp.join(args.work_dir, f'{data}_{augment_on}'))
-    os.makedirs(work_dir, exist_ok=True)
-    config = write_config(osp.join(work_dir, 'config.py'), data, augment_on, args, jpeg_root)
+def train_env(args: argparse.Namespace) -> dict:
+    """The environment of the training processes: this repository importable, ``--threads`` threads."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
     if args.threads is not None:
         env['OMP_NUM_THREADS'] = env['MKL_NUM_THREADS'] = str(args.threads)
+    return env
+
+
+def decoders_to_time(args: argparse.Namespace) -> list[str]:
+    """The ``--decoder`` packages that decode under ``--python``, which trains (each missing one named)."""
+    probe = 'from ifnd.datasets.decode import available_decoders; print(*available_decoders())'
+    found = subprocess.run([args.python, '-c', probe], cwd=REPO, env=train_env(args), capture_output=True,
+                           text=True).stdout.split()
+    wanted = ['torchcodec', 'torchvision'] if args.decoder == 'both' else [args.decoder]
+    for name in wanted:
+        if name not in found:
+            print(f'{name} cannot decode under {args.python}: no JPEG run with it '
+                  f"(TorchCodec: pip install 'ifnd[torchcodec]')", flush=True)
+    timed = [name for name in wanted if name in found]
+    if not timed:
+        raise SystemExit(f'--decoder {args.decoder}: no such decoder decodes under {args.python}; install '
+                         "TorchCodec (pip install 'ifnd[torchcodec]'), or leave the JPEG data out (--data digits)")
+    return timed
+
+
+def run(data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str, decoder: str = 'auto') -> dict:
+    """Train once through tools/train.py; images/s and the data-loading share of the timed iterations."""
+    name = f'{data}_{augment_on}' + (f'_{decoder}' if decoder != 'auto' else '')
+    work_dir = osp.abspath(osp.join(args.work_dir, name))
+    os.makedirs(work_dir, exist_ok=True)
+    config = write_config(osp.join(work_dir, 'config.py'), data, augment_on, args, jpeg_root, decoder)
     log_path = osp.join(work_dir, 'train.log')
     with open(log_path, 'w') as log:
         proc = subprocess.run([args.python, 'tools/train.py', config, '--work-dir', work_dir,
                                '--overwrite'],  # each measurement is a new run
-                              cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+                              cwd=REPO, env=train_env(args), stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         with open(log_path) as f:
             print(f.read()[-4000:], file=sys.stderr)
-        raise SystemExit(f'{data}/{augment_on}: training failed with exit code {proc.returncode} (log: {log_path})')
+        raise SystemExit(f'{name}: training failed with exit code {proc.returncode} (log: {log_path})')
     times, data_times = iteration_times(work_dir)
     # IterBasedTrainLoop sleeps 2 s (in data_time) whenever it starts a new pass over the data (mmengine's
     # guard against loader-worker deadlocks); iterations that start a pass are left out.
@@ -181,9 +210,11 @@ def run(data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str) ->
     kept = [i for i in range(args.warmup, len(times)) if i % per_pass != 0]
     times, data_times = [times[i] for i in kept], [data_times[i] for i in kept]
     if not times:
-        raise SystemExit(f'{data}/{augment_on}: no timed iterations logged; raise --iters')
+        raise SystemExit(f'{name}: no timed iterations logged; raise --iters')
     median = statistics.median(times)
-    return dict(data=data, augment_on=augment_on, iters=len(times), ms_per_iter=1000 * median,
+    # What decodes the files: Pillow in the loader workers, or the preprocessor's decoder; digits are arrays.
+    decoded_by = None if data == 'digits' else 'pillow' if augment_on == 'cpu' else decoder
+    return dict(data=data, augment_on=augment_on, decoder=decoded_by, iters=len(times), ms_per_iter=1000 * median,
                 images_per_s=args.batch_size / median, data_share=sum(data_times) / sum(times))
 
 
@@ -203,12 +234,12 @@ def iterations_per_pass(data: str, args: argparse.Namespace) -> int:
 def markdown_table(rows: list[dict]) -> str:
     """Results as a Markdown table, with each device run's speed-up over the CPU run on the same data."""
     cpu = {r['data']: r['images_per_s'] for r in rows if r['augment_on'] == 'cpu'}
-    lines = ['| Data | Views made on | ms / iter | Images / s | Data-time share | vs CPU views |',
-             '|---|---|---|---|---|---|']
+    lines = ['| Data | Views made on | Decoder | ms / iter | Images / s | Data-time share | vs CPU views |',
+             '|---|---|---|---|---|---|---|']
     for r in rows:
         ratio = r['images_per_s'] / cpu[r['data']] if r['data'] in cpu else float('nan')
-        lines.append(f"| {r['data']} | {r['augment_on']} | {r['ms_per_iter']:.1f} | {r['images_per_s']:.0f} | "
-                     f"{100 * r['data_share']:.0f}% | {ratio:.2f}x |")
+        lines.append(f"| {r['data']} | {r['augment_on']} | {r.get('decoder') or '-'} | {r['ms_per_iter']:.1f} | "
+                     f"{r['images_per_s']:.0f} | {100 * r['data_share']:.0f}% | {ratio:.2f}x |")
     return '\n'.join(lines)
 
 
@@ -276,13 +307,10 @@ def run_preset(args: argparse.Namespace, device: str) -> dict:
         if args.dry_run:
             continue
         os.makedirs(work_dir, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
-        if args.threads is not None:
-            env['OMP_NUM_THREADS'] = env['MKL_NUM_THREADS'] = str(args.threads)
         log_path = osp.join(work_dir, 'train.log')
         tic = time.perf_counter()
         with open(log_path, 'w') as log:
-            proc = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.run(command, cwd=REPO, env=train_env(args), stdout=log, stderr=subprocess.STDOUT)
         wall_s = time.perf_counter() - tic
         if proc.returncode != 0:
             with open(log_path) as f:
@@ -310,17 +338,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return result
     if args.threads is not None and 'CPU' in device:
         device = device.rsplit(',', 1)[0] + f', {args.threads} torch threads'
-    jpeg_root = ''
+    jpeg_root, decoders = '', []
     if 'jpeg' in args.data:
+        decoders = decoders_to_time(args)
         jpeg_root = make_jpeg_folder(osp.abspath(osp.join(args.work_dir, 'jpeg_data')), args.jpeg_images,
                                      args.jpeg_size)
     rows = []
     for data in args.data:
         for augment_on in AUGMENT_ON:
-            rows.append(run(data, augment_on, args, jpeg_root))
-            print(f"{data} / {augment_on}: {rows[-1]['images_per_s']:.0f} images/s", flush=True)
+            for decoder in decoders if (data, augment_on) == ('jpeg', 'device') else ['auto']:
+                rows.append(run(data, augment_on, args, jpeg_root, decoder))
+                print(f"{data} / {augment_on}{f' / {decoder}' if decoder != 'auto' else ''}: "
+                      f"{rows[-1]['images_per_s']:.0f} images/s", flush=True)
     result = dict(device=device, batch_size=args.batch_size, workers=args.workers, jpeg_size=args.jpeg_size,
-                  jpeg_crop=args.jpeg_crop, channels=list(args.channels), rows=rows)
+                  jpeg_crop=args.jpeg_crop, channels=list(args.channels), decoders=decoders, rows=rows)
     print(f'\nDevice: {device}; batch {args.batch_size}, {args.workers} loader workers for CPU views, '
           f'{args.iters} timed iterations after {args.warmup}\n')
     print(markdown_table(rows))

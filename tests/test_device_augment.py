@@ -12,9 +12,10 @@ from torchvision.transforms.v2 import functional as TF
 
 from ifnd.datasets import ContrastiveView, CorruptImageError, Digits, ImageFolder, MoCoV2View, SimCLRView
 from ifnd.datasets.datasets import batch_collate
+from ifnd.datasets.decode import available_decoders, decode_images
 from ifnd.datasets.device_augment import (DeviceView, DeviceViews, adjust_brightness, adjust_contrast,
-                                         adjust_hue, adjust_saturation, decode_images, gaussian_blur, grey,
-                                         resized_crops, sample_crops)
+                                         adjust_hue, adjust_saturation, gaussian_blur, grey, resized_crops,
+                                         sample_crops)
 from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
 from ifnd.registry import RUNNERS
 
@@ -291,13 +292,26 @@ def test_throughput_benchmark_configs(tmp_path):
     assert digits.train_cfg.max_iters == 5 and digits.custom_hooks == []
     jpeg = Config.fromfile(bench.write_config(str(tmp_path / 'j.py'), 'jpeg', 'cpu', args, str(tmp_path)))
     assert jpeg.train_dataloader.dataset.type == 'ImageFolder' and jpeg.train_dataloader.num_workers == 3
-    assert 'split' not in jpeg.train_dataloader.dataset
+    assert 'split' not in jpeg.train_dataloader.dataset and jpeg.model.data_preprocessor.decoder == 'auto'
+    # JPEG files' device runs: one per decoder, each picked in the preprocessor's config.
+    assert args.decoder == 'both'
+    vision = Config.fromfile(bench.write_config(str(tmp_path / 'v.py'), 'jpeg', 'device', args, str(tmp_path),
+                                                'torchvision'))
+    assert vision.model.data_preprocessor.decoder == 'torchvision'
+    assert bench.decoders_to_time(args) == available_decoders()  # probed under --python, which trains
+    with pytest.raises(SystemExit, match='--decoder torchcodec: no such decoder decodes under'):
+        bench.decoders_to_time(bench.parse_args(['--decoder', 'torchcodec', '--python', 'false']))
     # Iterations that start a pass over the data (mmengine sleeps there) are found from the data size.
     assert bench.iterations_per_pass('jpeg', bench.parse_args(['--jpeg-images', '130'])) == 2
     assert bench.iterations_per_pass('digits', args) == len(Digits(split='train', pipeline=None)) // 64
-    rows = [dict(data='digits', augment_on=a, ms_per_iter=t, images_per_s=64000 / t, data_share=0.5)
-            for a, t in (('cpu', 200.0), ('device', 100.0))]
-    assert '| digits | device | 100.0 | 640 | 50% | 2.00x |' in bench.markdown_table(rows)
+    rows = [dict(data=d, augment_on=a, decoder=c, ms_per_iter=t, images_per_s=64000 / t, data_share=0.5)
+            for d, a, c, t in (('digits', 'cpu', None, 200.0), ('digits', 'device', None, 100.0),
+                               ('jpeg', 'cpu', 'pillow', 400.0), ('jpeg', 'device', 'torchcodec', 100.0),
+                               ('jpeg', 'device', 'torchvision', 200.0))]
+    table = bench.markdown_table(rows)
+    assert '| digits | device | - | 100.0 | 640 | 50% | 2.00x |' in table
+    assert '| jpeg | device | torchcodec | 100.0 | 640 | 50% | 4.00x |' in table
+    assert '| jpeg | device | torchvision | 200.0 | 320 | 50% | 2.00x |' in table
 
 
 def test_views_repeat_under_the_same_seed():
@@ -344,68 +358,3 @@ def test_full_jitter_equals_the_four_adjustments_in_each_samples_order():
         for j in order[i].tolist():
             want = steps[j](want, factors[j][i:i + 1])
         torch.testing.assert_close(y[i:i + 1], want, rtol=0, atol=1e-5)
-
-
-def _save_in(path, fmt: str) -> None:
-    """A small textured image in ``fmt`` (an animated GIF for 'GIF-anim')."""
-    yy, xx = np.mgrid[0:24, 0:36]
-    img = np.stack([xx * 7 % 256, yy * 10 % 256, (xx + yy) * 3 % 256], -1).astype(np.uint8)
-    if fmt == 'GIF-anim':
-        frames = [Image.fromarray(img), Image.fromarray(255 - img)]
-        frames[0].save(path, 'GIF', save_all=True, append_images=frames[1:])
-    else:
-        Image.fromarray(img).save(path, fmt, **({'lossless': True} if fmt == 'WEBP' else {}))
-
-
-@pytest.mark.parametrize('fmt, ext', [('JPEG', 'jpg'), ('PNG', 'png'), ('GIF', 'gif'), ('GIF-anim', 'gif'),
-                                      ('WEBP', 'webp'), ('BMP', 'bmp'), ('TIFF', 'tif'), ('PPM', 'ppm')])
-def test_device_decoding_reads_every_format_as_the_cpu_path(tmp_path, fmt, ext):
-    from ifnd.datasets.datasets import read_encoded
-    from ifnd.datasets.device_augment import decode_images
-    (tmp_path / 'cls').mkdir()
-    path = tmp_path / 'cls' / f'img.{ext}'
-    _save_in(path, fmt)
-    cpu = ImageFolder(str(tmp_path), extensions=(f'.{ext}',)).load_image(0)  # GIF is not a default extension
-    cpu = torch.from_numpy(np.array(cpu)).permute(2, 0, 1)
-    device = decode_images([read_encoded(str(path))], [str(path)])[0]
-    assert device.dtype == torch.uint8 and device.shape == cpu.shape == (3, 24, 36)
-    if fmt == 'JPEG':  # two JPEG decoders: close, not always bit-equal
-        assert (device.float() - cpu.float()).abs().mean() < 2.0
-    else:
-        assert torch.equal(device, cpu)
-
-
-def _claiming_a_huge_size(path, fmt: str, width: int = 20000, height: int = 10000) -> None:
-    """A small image file whose header claims ``width`` x ``height`` pixels (above Pillow's bomb limit)."""
-    import struct
-    import zlib
-    _save_in(path, fmt)
-    data = bytearray(path.read_bytes())
-    if fmt == 'PNG':  # IHDR's width and height, then its CRC (Pillow checks it)
-        data[16:24] = struct.pack('>II', width, height)
-        data[29:33] = struct.pack('>I', zlib.crc32(bytes(data[12:29])))
-    elif fmt == 'JPEG':  # the start-of-frame segment's height and width
-        sof = data.index(b'\xff\xc0')
-        data[sof + 5:sof + 9] = struct.pack('>HH', height, width)
-    elif fmt == 'BMP':  # BITMAPINFOHEADER's width and height
-        data[18:26] = struct.pack('<ii', width, height)
-    path.write_bytes(bytes(data))
-
-
-@pytest.mark.parametrize('fmt, ext', [('JPEG', 'jpg'), ('PNG', 'png'), ('BMP', 'bmp')])
-def test_device_decoding_refuses_decompression_bombs_as_the_cpu_path(tmp_path, fmt, ext):
-    from ifnd.datasets.datasets import read_encoded
-    from ifnd.datasets.device_augment import decode_images
-    (tmp_path / 'cls').mkdir()
-    path = tmp_path / 'cls' / f'bomb.{ext}'
-    _claiming_a_huge_size(path, fmt)
-    with pytest.raises(CorruptImageError) as cpu:
-        ImageFolder(str(tmp_path)).load_image(0)
-    good = tmp_path / 'cls' / 'good.jpg'
-    _save_in(good, 'JPEG')  # a good file in the batch: the bomb is still found and named
-    with pytest.raises(CorruptImageError) as device:
-        decode_images([read_encoded(str(good)), read_encoded(str(path))], [str(good), str(path)])
-    reason = f"Cannot read image '{path}' (Image size (200000000 pixels) exceeds limit of 178956970 pixels"
-    assert str(cpu.value).startswith(reason) and 'decompression bomb' in str(cpu.value)
-    assert str(device.value).startswith(str(cpu.value).split('; ')[0])
-    assert 'remove or replace the file' in str(device.value)

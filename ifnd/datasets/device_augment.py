@@ -1,4 +1,4 @@
-"""Contrastive views made in batches on the training device, and JPEG decoding there.
+"""Contrastive views made in batches on the training device (the files are decoded there by :mod:`.decode`).
 
 The view parameters are those the CPU views (:class:`~ifnd.datasets.transforms.ContrastiveView` and
 its SimCLR / MoCo v2 presets) resolve from the same config dict, so one config describes both paths.
@@ -10,28 +10,20 @@ views never stall the device stream.
 from __future__ import annotations
 
 import copy
-import io
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
-from PIL import Image
 from torch import nn
 from torch.nn import functional as F
-from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from torchvision.ops import roi_align
 
+from .decode import CorruptImageError, decode_images  # noqa: F401  (imported from here by datasets and callers)
 from .transforms import ContrastiveView, MultiView, PipelineCfg, build_pipeline
 
-JPEG_MAGIC = b'\xff\xd8\xff'
 # Bytes of float32 pixels a padded batch of decoded images may take before it is cut in chunks.
 PADDED_BATCH_BYTES = 1 << 30
 _GREY = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
-
-
-class CorruptImageError(OSError):
-    """An image file exists but cannot be decoded."""
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -319,156 +311,6 @@ class DeviceViews(nn.Module):
         if isinstance(images, torch.Tensor):
             return [v(images) for v in self.views]
         return [v.from_list(images) for v in self.views]
-
-
-def decode_images(encoded: Sequence[torch.Tensor], paths: Sequence[str] | None = None,
-                  device: torch.device | str = 'cpu') -> list[torch.Tensor]:
-    """Decode encoded image files (1-D uint8 CPU tensors) to RGB uint8 ``[3, H, W]`` on ``device``.
-
-    JPEGs are decoded together by ``decode_jpeg`` on ``device`` (nvJPEG on CUDA, ordered before the caller's
-    stream's later work without a host wait); PNG, GIF and WebP by torchvision on the CPU; every other
-    format Pillow reads (BMP, TIFF, PPM, ...) by Pillow, as the CPU path. A JPEG or a file Pillow can open
-    whose header claims more pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` allows is refused as the
-    CPU path refuses it, before any decoding; a file Pillow cannot open is left to torchvision's decoder. torchvision's decoders are kept (TorchCodec, their successor, is not a dependency).
-    """
-    device = torch.device(device)
-    paths = list(paths) if paths is not None else [f'<item {i}>' for i in range(len(encoded))]
-    out: list[torch.Tensor | None] = [None] * len(encoded)
-    # The magic bytes are read from the CPU tensors' memory: no tensor op, nothing to wait for.
-    jpeg = [i for i, e in enumerate(encoded) if e[:3].numpy().tobytes() == JPEG_MAGIC]
-    for i in jpeg:
-        _check_pixels(_jpeg_size(encoded[i]), encoded[i], paths[i])
-    if jpeg:
-        try:
-            decoded = _decode_jpegs([encoded[i] for i in jpeg], device)
-        except RuntimeError:
-            decoded = [_decode_one(encoded[i], paths[i], device, jpeg=True) for i in jpeg]  # find the bad file
-        for i, img in zip(jpeg, decoded):
-            out[i] = img
-    for i, e in enumerate(encoded):
-        if out[i] is None:
-            out[i] = _decode_one(e, paths[i], device, jpeg=False)
-    return out  # type: ignore[return-value]
-
-
-# JPEG markers without a length field: TEM, RST0-7, SOI.
-_JPEG_STANDALONE = {0x01, *range(0xD0, 0xD9)}
-# Start-of-frame markers (they hold the size); C4, C8 and CC are other segments.
-_JPEG_SOF = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-# What torchvision's CPU decoder reads as Pillow does (same pixels); the rest is left to Pillow.
-_TORCHVISION_FORMATS = ('JPEG', 'MPO', 'PNG', 'GIF', 'WEBP')
-
-
-def _jpeg_size(data: torch.Tensor) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's start-of-frame segment, or None where the header is unreadable.
-
-    Read here rather than by Pillow, which parses every segment of the header: this runs for each
-    image of each batch in the training step.
-    """
-    buf = memoryview(data.numpy())
-    i, n = 2, len(buf)
-    while i + 4 <= n:
-        if buf[i] != 0xFF:
-            return None
-        marker = buf[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in _JPEG_STANDALONE:
-            i += 2
-            continue
-        if marker in _JPEG_SOF:
-            if i + 9 > n:
-                return None
-            return (buf[i + 7] << 8) | buf[i + 8], (buf[i + 5] << 8) | buf[i + 6]
-        if marker == 0xDA:  # start of scan before any frame header
-            return None
-        i += 2 + ((buf[i + 2] << 8) | buf[i + 3])
-    return None
-
-
-def _refuse_bomb(path: str, err: Exception) -> CorruptImageError:
-    # The CPU path's message (datasets.load_rgb_image), so both paths refuse a file alike.
-    return CorruptImageError(f"Cannot read image '{path}' ({err}); remove or replace the file, or leave it "
-                             'out of the data set')
-
-
-def _check_pixels(size: tuple[int, int] | None, data: torch.Tensor, path: str) -> None:
-    """Refuse a decompression bomb as Pillow does on the CPU path (its limit, warning and message)."""
-    if size is None:  # a header this reader does not follow: Pillow reads it and checks
-        _pil_header(data, path)
-        return
-    try:
-        # Pillow's own check: Image.MAX_IMAGE_PIXELS (None: off), a warning above it, an error above twice it.
-        Image._decompression_bomb_check(size)
-    except Image.DecompressionBombError as e:
-        raise _refuse_bomb(path, e) from None
-
-
-def _pil_header(data: torch.Tensor, path: str) -> Image.Image | None:
-    """The file opened by Pillow (header only; it refuses decompression bombs), or None if not an image it reads."""
-    try:
-        return Image.open(io.BytesIO(data.numpy().tobytes()))
-    except Image.DecompressionBombError as e:
-        raise _refuse_bomb(path, e) from None
-    except (OSError, ValueError, SyntaxError):
-        return None
-
-
-def _decode_jpegs(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    if device.type != 'cuda':
-        return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
-    # nvJPEG decodes on a stream of torchvision's own, then makes the current stream *of the current
-    # device* wait for it (some versions: the legacy default stream). Decode on a side stream of the
-    # target device, as its current stream, so that wait lands there, then order the caller's stream
-    # after the side stream: later kernels read the images only once they are written, with no host wait.
-    caller = torch.cuda.current_stream(device)
-    side = torch.cuda.Stream(device)
-    side.wait_stream(caller)  # the encoded bytes and any memory reused by the decoder are ready
-    with torch.cuda.device(device), torch.cuda.stream(side):
-        images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
-    caller.wait_stream(side)
-    for img in images:
-        img.record_stream(caller)  # the allocator must not hand this memory out while the caller uses it
-    return images
-
-
-def _decode_one(data: torch.Tensor, path: str, device: torch.device, jpeg: bool) -> torch.Tensor:
-    if jpeg and device.type != 'cpu':
-        try:
-            return _decode_jpegs([data], device)[0]
-        except RuntimeError:
-            pass  # e.g. a CMYK JPEG nvJPEG does not take: the CPU decoders may
-    header = None if jpeg else _pil_header(data, path)
-    if header is None or header.format in _TORCHVISION_FORMATS:
-        try:
-            image = decode_image(data, mode=ImageReadMode.RGB)
-        except RuntimeError as e:
-            if header is None and jpeg:
-                header = _pil_header(data, path)  # e.g. a 12-bit or arithmetic-coded JPEG Pillow reads
-            if header is None:
-                raise CorruptImageError(f"Cannot decode image '{path}' ({str(e).splitlines()[0]}); remove or "
-                                        'replace the file, or leave it out of the data set') from e
-        else:
-            if image.dim() == 4:  # an animated GIF: its first frame, as Pillow reads it
-                image = image[0]
-            if image.dtype == torch.uint16:  # 16-bit PNGs: the top byte, as the CPU path (datasets.to_rgb)
-                image = image.to(torch.int32).bitwise_right_shift_(8).to(torch.uint8)
-            return image.to(device)
-    return _decode_with_pil(header, path).to(device)
-
-
-def _decode_with_pil(header: Image.Image, path: str) -> torch.Tensor:
-    """A file Pillow has opened, decoded as the CPU path decodes it (``datasets.to_rgb``), as ``[3, H, W]``."""
-    from .datasets import to_rgb  # datasets imports this module
-    try:
-        with header:
-            header.load()
-            rgb = to_rgb(header)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise CorruptImageError(f"Cannot read image '{path}' ({e}); remove or replace the file, or leave it "
-                                'out of the data set') from e
-    return torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1).contiguous()
 
 
 class DeviceAugmentCache:

@@ -4,7 +4,8 @@ from typing import Sequence
 import torch
 from mmengine.model import BaseDataPreprocessor
 
-from ifnd.datasets.device_augment import DeviceAugmentCache, decode_images
+from ifnd.datasets.decode import decode_images, decoder_names
+from ifnd.datasets.device_augment import DeviceAugmentCache
 from ifnd.registry import MODELS
 
 
@@ -15,13 +16,17 @@ class ContrastiveDataPreprocessor(BaseDataPreprocessor):
     Normalising on the device keeps the loader's work (and host-to-device traffic) small. A batch
     from a data set with ``augment_on='device'`` carries raw images (uint8 ``[B, C, H, W]``, or
     encoded files with their ``'path'``) and its view pipeline under ``'augment'``: files are
-    decoded here (``decode_jpeg`` on the device) and the views made in batches, drawn per sample on the
-    device without host syncs (:mod:`ifnd.datasets.device_augment`).
+    decoded here (JPEGs on the device, by ``decoder``: 'torchcodec', 'torchvision', or 'auto',
+    TorchCodec where it decodes, else torchvision; :mod:`ifnd.datasets.decode`) and the views made in
+    batches, drawn per sample on the device without host syncs (:mod:`ifnd.datasets.device_augment`).
     """
 
     def __init__(self, mean: Sequence[float] = (0.485, 0.456, 0.406),
-                 std: Sequence[float] = (0.229, 0.224, 0.225), non_blocking: bool = True) -> None:
+                 std: Sequence[float] = (0.229, 0.224, 0.225), non_blocking: bool = True,
+                 decoder: str = 'auto') -> None:
         super().__init__(non_blocking)
+        decoder_names(decoder)  # an unknown name fails when the model is built, not at the first batch
+        self.decoder = decoder
         self.register_buffer('mean', torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1), False)
         self.register_buffer('std', torch.tensor(std, dtype=torch.float32).view(-1, 1, 1), False)
         self._device_views = DeviceAugmentCache()
@@ -36,7 +41,7 @@ class ContrastiveDataPreprocessor(BaseDataPreprocessor):
             paths = data.pop('path', None)
             device = self.mean.device
             if not isinstance(raw, torch.Tensor):  # encoded files, read on the CPU: decode on the device
-                raw = decode_images(raw, paths, device)
+                raw = decode_images(raw, paths, device, self.decoder)
             else:
                 raw = raw.to(device, non_blocking=self._non_blocking)
             data = self.cast_data(data)
