@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / 'ifnd'
 # sharing a floor do not import each other.
 FLOORS = (
     ('registry',),         # mmengine's child registries: names only
-    ('fileio', 'dist'),    # atomic writes, the safe checkpoint reader, configs as data, JSON; collectives
+    ('fileio', 'dist', 'launch'),  # atomic writes, the safe checkpoint reader, configs as data, JSON;
+                                   # collectives; starting and ending the processes of a run
     ('datasets',),
     ('models',),
     ('clustering',),
