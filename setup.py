@@ -15,22 +15,23 @@ setup(
     license='Apache-2.0',
     packages=find_packages(include=['ifnd', 'ifnd.*']),
     python_requires='>=3.10',
-    # Loose ranges of what the code needs; requirements/constraints.txt pins the tested set.
+    # Lower bounds: the oldest versions tested, the GPU machines' stack (Python 3.12, torch 2.11,
+    # torchvision 0.26: docs/speed.md says what ran on it) and requirements/constraints.txt's set.
     install_requires=[
-        'torch>=2.1',
-        'torchvision>=0.16',
-        'mmengine>=0.10,<0.11',
-        'timm>=0.9',
-        'numpy>=1.24',
-        'scikit-learn>=1.3',
-        'pillow>=9',
-        'tensorboard>=2.12',
-        'matplotlib>=3.7',
-        'pycocotools>=2.0.6',
-        'faiss-cpu>=1.7.4; platform_system != "Windows"',
-        'pyyaml>=5.4',
-        'tqdm>=4.60',
-        'huggingface_hub>=1.0',  # the zoo's hf:// sources and tools/publish_model.py --push-to-hub
+        'torch>=2.11',
+        'torchvision>=0.26',
+        'mmengine>=0.10.7,<0.11',
+        'timm>=1.0.31',
+        'numpy>=2.4',
+        'scikit-learn>=1.9',
+        'pillow>=13',
+        'tensorboard>=2.21',
+        'matplotlib>=3.10',
+        'pycocotools>=2.0.11',
+        'faiss-cpu>=1.15; platform_system != "Windows"',
+        'pyyaml>=6.0',
+        'tqdm>=4.70',
+        'huggingface_hub>=2.4',  # the zoo's hf:// sources and tools/publish_model.py --push-to-hub
     ],
     entry_points={'console_scripts': ['ifnd-zoo=ifnd.zoo:main']},
     extras_require={

@@ -20,7 +20,8 @@ The head and the queue follow the recipes: with ``--model resnet50`` the ImageNe
 3-layer head 512 wide (the ResNet-18 recipes') and a queue of 16384. On a GPU each step is timed
 by CUDA events around it, without a host sync between steps; on a CPU by ``perf_counter``. The
 warm-up is 10 steps per variant with ``--compile`` (compilation happens there), 3 on a GPU
-otherwise, 1 on a CPU.
+otherwise, 1 on a CPU; the JSON holds each variant's warm-up seconds (``warmup_s``, compilation
+included).
 
 The label bank of the IFND variants is filled like a mid-training round: a share of the samples
 carries cluster ids (a few clusters per level), the rest unique negative labels, and the MoCo
@@ -39,6 +40,7 @@ import logging
 import os
 import statistics
 import sys
+import time
 from typing import Callable, Sequence
 
 import torch
@@ -256,9 +258,14 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         counter += 1
         return time_call(lambda: models[name].train_step(batch, wrappers[name]), device)
 
+    warmup_s = {}
     for name in names:
+        tic = time.perf_counter()
         for _ in range(args.warmup):
-            step(name)()
+            step(name)()  # reading each step's time waits for it
+        # Compilation included with --compile: a variant whose encoders reuse the code compiled
+        # for the one before (same module classes and shapes) warms up in a few steps' time.
+        warmup_s[name] = time.perf_counter() - tic
     times: dict[str, list[float]] = {name: [] for name in names}
     per_round: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.repeats):
@@ -277,6 +284,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
             'min_ms': min(ms),
             'max_ms': max(ms),
             'steps_timed': len(ms),
+            'warmup_s': warmup_s[name],
             'images_per_s': args.batch_size / (statistics.median(ms) / 1000.0),
         }
     encoder = variants.pop(ENCODER, None)

@@ -3,6 +3,7 @@ and the CUDA-only checks it runs (skipped without CUDA)."""
 import json
 import os
 import os.path as osp
+import re
 import sys
 import time
 
@@ -78,6 +79,82 @@ def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
     assert '# GPU report: Fake GPU' in report and '| clustering |' in report and '| cuda_tests |' in report
     gpu_report.main(['--out-dir', str(tmp_path), '--parts', 'cuda_tests', '--force'])
     assert ran == ['clustering', 'cuda_tests']
+    # A rehearsal's toy result is no GPU result: the real run measures that part again.
+    (tmp_path / 'clustering.json').write_text(json.dumps(dict(fake['clustering'], rehearsal=True)))
+    gpu_report.main(['--out-dir', str(tmp_path), '--parts', 'cuda_tests', 'clustering'])
+    assert ran == ['clustering', 'cuda_tests', 'clustering']
+
+
+def test_the_parts_expected_costs_fit_the_default_budget():
+    """Every part, in order of value, fits the default seven minutes on one H100."""
+    all_parts = gpu_report.parts('w')
+    assert [p.name for p in all_parts] == [
+        'cuda_tests', 'step_compiled_bf16', 'clustering', 'fmnist_full', 'jpeg_folder', 'step_eager_bf16',
+        'step_eager_fp32', 'step_compiled_fp32']
+    assert sum(p.expected_s for p in all_parts) <= gpu_report.BUDGET_S == 420
+    assert gpu_report.parse_args([]).budget == 420
+    assert [p.name for p in gpu_report.parts('w', rehearse=True)] == [p.name for p in all_parts]
+
+
+def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_path, capsys):
+    """Parts start while their expected cost fits what is left, each limited to that; a second run
+    with the same budget completes the rest."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda *a: 'Fake GPU')
+    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
+    limits = {}
+
+    def run_part(part, out_dir):  # takes exactly its expected time
+        limits[part.name] = part.timeout_s
+        result = dict(fake[part.name], wall_s=float(part.expected_s), rehearsal=False)
+        from ifnd.fileio import write_json
+        write_json(result, osp.join(out_dir, f'{part.name}.json'))
+        return result
+
+    monkeypatch.setattr(gpu_report, 'run_part', run_part)
+    report = gpu_report.main(['--out-dir', str(tmp_path), '--budget', '150'])
+    out = capsys.readouterr().out
+    assert re.search(r'cuda_tests +25 s +cumulative +25 s', out)  # the plan, before any part
+    assert out.index('Plan:') < out.index('[step_eager_bf16] skipped')
+    # 25 + 95 + 20 spent, 10 s left: no later part fits.
+    assert limits == dict(cuda_tests=75, step_compiled_bf16=125, clustering=30)
+    later = ['fmnist_full', 'jpeg_folder', 'step_eager_bf16', 'step_eager_fp32', 'step_compiled_fp32']
+    for name in later:
+        assert f'| {name} | ' in report and f'[{name}] skipped: expected' in out
+    assert '| jpeg_folder | 55 s | skipped: budget (10 s left) | - | - | - |' in report
+    assert f"Skipped for the budget (--budget 150 s): {', '.join(later)}. Run the same command again" in report
+    assert '| clustering | 20 s | ran | 0 | 20 s |' in report
+    limits.clear()
+    report = gpu_report.main(['--out-dir', str(tmp_path), '--budget', '150'])
+    # fmnist_full and jpeg_folder fill 140 s; 10 s left, too little for the eager steps: a third run.
+    assert list(limits) == ['fmnist_full', 'jpeg_folder']
+    assert '| cuda_tests | 25 s | saved |' in report
+    assert 'budget (--budget 150 s): step_eager_bf16, step_eager_fp32, step_compiled_fp32.' in report
+
+
+def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(tmp_path, capsys):
+    """--rehearse: every part's script at toy sizes, the same result files and report, marked."""
+    report = gpu_report.main(['--rehearse', '--out-dir', str(tmp_path)])
+    out = capsys.readouterr().out
+    all_parts = gpu_report.parts(str(tmp_path), rehearse=True)
+    results = {}
+    for part in all_parts:
+        results[part.name] = json.loads((tmp_path / f'{part.name}.json').read_text())
+        assert gpu_report.succeeded(part.name, results[part.name], rehearsal=True), (
+            part.name, (tmp_path / f'{part.name}.log').read_text()[-3000:])
+        assert f'| {part.name} | {part.expected_s} s | ran | 0 |' in report
+    assert report.startswith('# GPU report rehearsal: CPU') and '**Rehearsal**' in report
+    assert report == (tmp_path / 'report.md').read_text() and 'Plan: 8 part(s), no budget' in out
+    figures = gpu_report.figures(results)
+    # The CUDA tests are collected and skipped: no host-sync figure; every other one was measured.
+    assert [k for k, v in figures.items() if v is None] == ['syncs']
+    assert results['cuda_tests']['tests']['skipped'] > 40 and results['cuda_tests']['tests']['passed'] == 0
+    for label, goal, op, unit in gpu_report.GOALS.values():
+        assert f'| {label} | ' in report
+    assert '| yes |' not in report and '| NO |' not in report  # toy figures are not held to the goals
+    for variant in ('compiled, bf16', 'compiled, fp32', 'eager, bf16', 'eager, fp32'):
+        assert f'| {variant} | ' in report
+    assert 'nredo 1' in report and 'CUDA-only tests: 0 passed, 0 failed' in report
 
 
 def test_a_relative_out_dir_is_made_absolute(monkeypatch, tmp_path):
@@ -127,7 +204,7 @@ def test_a_timeout_ends_the_processes_the_part_started(monkeypatch, tmp_path):
     pid_file = tmp_path / 'grandchild.pid'
     monkeypatch.setattr(gpu_report, 'command', lambda part, path: [
         'sh', '-c', f'sleep 60 & echo $! > {pid_file}; wait'])
-    result = gpu_report.run_part(gpu_report.Part('jpeg_folder', 'throughput.py', [], 2), str(tmp_path))
+    result = gpu_report.run_part(gpu_report.Part('jpeg_folder', 'throughput.py', [], 1, timeout_s=2), str(tmp_path))
     assert result['returncode'] == 'timeout'
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 5
