@@ -31,6 +31,12 @@ Presets:
   thread; the methods' own settings chosen on its own val split (docs/false_negatives.md).
 * ``gpu``: the configs' own settings (full data, 200 epochs, batch 256, clustering every 5
   epochs, kNN every 10) on one GPU.
+* ``gpu-slot``: one seed of SimCLR, IFND, SupCon and the schedule-matched oracle on all of
+  Fashion-MNIST in one 8-minute run on one GPU (8 epochs of the full-width ResNet-18, bfloat16,
+  views on the GPU, 4 runs at a time, ``--time-limit 480``), the next seed after those of
+  ``--previous`` each time; estimated, not measured (docs/false_negatives.md, "On a GPU slot").
+  Refused without CUDA unless ``--dry-run`` or ``--rehearse`` (the same runs at toy size on the
+  CPU).
 
 Any explicit option overrides its preset value. ``--previous FILE.json`` (repeatable) merges the
 runs of an earlier ``--out`` result for the methods and seeds not trained here into the tables,
@@ -40,6 +46,8 @@ threads and the settings of methods not trained here, and every value the tables
 
 Finished runs are kept (``run.json`` in each run's work dir) and not trained again unless their
 command changed or ``--rerun`` is given, so an interrupted benchmark continues where it stopped.
+``--time-limit SECONDS`` stops the runs still training then, starts none that cannot finish in
+the time left, and reports and saves the finished ones.
 Example::
 
     python benchmarks/false_negatives.py --preset cpu --out fn_cpu.json --plot fn_cpu.png
@@ -49,6 +57,8 @@ Example::
         --methods hard_negative --method-options hard_negative:model.beta=4.0 \\
         --work-dir work_dirs/fn_select/hard_b4
     python benchmarks/false_negatives.py --preset gpu --work-dir work_dirs/fn_gpu --amp
+    python benchmarks/false_negatives.py --preset gpu-slot --previous fn_slot_1.json \
+        --out fn_slot_2.json
     python benchmarks/false_negatives.py --preset digits --jobs 2 --out fn_digits.json
     python benchmarks/false_negatives.py --preset cpu --methods glofnd --previous fn_cpu.json \\
         --out fn_cpu_glofnd.json

@@ -64,7 +64,7 @@ def test_step_cost_table_and_json(tmp_path, capsys):
     assert saved == json.loads(json.dumps(result))
     assert set(saved['variants']) == {'SimCLR', 'IFND', 'MoCoV2', 'IFNDMoCo'}
     for v in saved['variants'].values():
-        assert v['median_ms'] > 0 and v['steps_timed'] == 2
+        assert v['median_ms'] > 0 and v['steps_timed'] == 2 and v['warmup_s'] > 0
     for r in saved['ratios'].values():
         assert r['ratio_of_medians'] > 0 and r['median_paired_ratio'] > 0
 
@@ -841,3 +841,124 @@ def test_false_negatives_previous_unreadable_files(tmp_path, content, problem):
                                        '--previous', str(path)])
     assert str(exit_info.value.code) == (f'--previous {path}: {problem}; give the JSON file an '
                                          'earlier run wrote with --out')
+
+
+SLOT_METHODS = ('simclr', 'ifnd', 'supcon', 'oracle_elim_linear')
+
+
+def test_false_negatives_gpu_slot_plans_one_seed_of_four_methods_on_full_fashion_mnist(
+        tmp_path, capsys):
+    """--preset gpu-slot --dry-run: the four methods once on all 60,000 images at the slot's
+    budget; the seed is the first no --previous result has."""
+    bench = _load('false_negatives')
+    slot = ['--preset', 'gpu-slot', '--dry-run']
+    assert bench.main(slot) == {}
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
+    assert len(commands) == 2 * len(SLOT_METHODS)
+    pretrain, linear = commands[0::2], commands[1::2]
+    budget = ['randomness.seed=0', 'train_cfg.max_epochs=8', 'train_dataloader.batch_size=256',
+              'optim_wrapper.optimizer.lr=0.5', 'param_scheduler.0.end=1',
+              'model.backbone.cifar_stem=True', "'model.backbone.channels=(64,128,256,512)'",
+              'model.backbone.channels_last=True', 'model.neck.hidden_dim=512',
+              'model.temperature=0.2', 'train_dataloader.dataset.augment_on=device',
+              'train_dataloader.num_workers=0', '--amp']
+    for line, method in zip(pretrain, SLOT_METHODS, strict=True):
+        assert f' {bench.DATASETS["fmnist"][method]} ' in line and f'/{method}/seed_0 ' in line
+        assert set(budget) <= set(line.split())
+        assert 'subset_fraction' not in line  # all of the training split
+    # IFND clusters after every epoch (nredo 2), the oracle accepts on that schedule; kNN every 4.
+    assert {'custom_hooks.0.interval=1', 'custom_hooks.0.kmeans.nredo=2',
+            'custom_hooks.1.interval=4'} <= set(pretrain[1].split())
+    assert 'model.detector.acceptance.interval=1' in pretrain[3].split()
+    for line in linear:
+        assert 'linear_r18_100e_fmnist.py' in line
+        assert {'train_cfg.max_epochs=10', 'train_dataloader.dataset.augment_on=device',
+                'model.backbone.channels_last=True', '--amp'} <= set(line.split())
+    args = bench.parse_args(slot)
+    assert (args.jobs, args.time_limit, args.seeds, args.subset) == (4, 480.0, [0], 1.0)
+    # Two slots' results: the next run trains seed 2.
+    runs = {(m, s): (80.0 + s, 79.0) for m in SLOT_METHODS for s in (0, 1)}
+    previous = _previous_file(tmp_path / 'slots.json', [*slot, '--seeds', '0', '1'], runs)
+    result = json.loads((tmp_path / 'slots.json').read_text())
+    for run in result['runs']:
+        if run['method'] == 'ifnd':  # the clustering methods' runs carry their rounds
+            run.update(rounds=[], detection={'false_negatives_eliminated': 10.0,
+                                             'true_negatives_eliminated': 0.5})
+    (tmp_path / 'slots.json').write_text(json.dumps(result))
+    assert bench.main([*slot, '--previous', previous]) == {}
+    pretrain = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')][::2]
+    assert len(pretrain) == 4
+    assert all('randomness.seed=2' in line.split() and '/seed_2 ' in line for line in pretrain)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='the refusal is for machines without CUDA')
+def test_false_negatives_gpu_slot_refused_without_cuda(tmp_path):
+    """Without CUDA the slot preset trains only as a rehearsal; the refusal says what to add."""
+    with pytest.raises(SystemExit, match=r'^error: --preset gpu-slot is sized for 8 minutes of '
+                                         r'one GPU and no CUDA device is here: add --dry-run .* '
+                                         r'or --rehearse'):
+        _load('false_negatives').main(['--preset', 'gpu-slot', '--work-dir', str(tmp_path)])
+    assert not list(tmp_path.iterdir())  # nothing started
+
+
+def test_false_negatives_time_limit_stops_a_run_and_skips_one_that_cannot_finish(tmp_path,
+                                                                                  capsys):
+    bench = _load('false_negatives')
+    from fn_harness import running
+    args = bench.parse_args(['--preset', 'digits', '--work-dir', str(tmp_path)])
+    args.time_limit_clock = running.TimeLimit(1.0)
+    plan = {'method': 'simclr', 'seed': 0, 'work_dir': str(tmp_path / 'simclr'),
+            'cmd': [sys.executable, '-c', 'import time; time.sleep(60)'], 'linear_cmd': None}
+    tic = time.monotonic()
+    assert running.run_plan(plan, args) is None
+    assert time.monotonic() - tic < 20  # stopped at the limit, not after its 60 s
+    assert not (tmp_path / 'simclr' / 'run.json').exists()
+    assert 'SimCLR seed 0: stopped at the time limit (1 s); not finished' in capsys.readouterr().out
+    # Once a run took longer than the time left, the next one is not started.
+    args.time_limit_clock = running.TimeLimit(60.0)
+    args.time_limit_clock.record(100.0)
+    assert running.run_plan(dict(plan, method='ifnd'), args) is None
+    assert 'IFND seed 0: not started: 60 s of the time limit left, a run here took 100 s' in \
+        capsys.readouterr().out
+    assert not (tmp_path / 'ifnd').exists()
+
+
+def test_false_negatives_time_limit_with_no_run_finished(tmp_path, monkeypatch, capsys):
+    """Runs stopped by the time limit are named, and one line says nothing finished."""
+    bench = _load('false_negatives')
+    from fn_harness import cli
+    monkeypatch.setattr(cli, 'run_plan', lambda plan, args: None)
+    with pytest.raises(SystemExit, match=r'^no run finished in the time limit \(5 s\); nothing '
+                                         r'to report: raise --time-limit'):
+        bench.main(['--preset', 'digits', '--methods', 'simclr', 'supcon', '--seeds', '3',
+                    '--time-limit', '5', '--work-dir', str(tmp_path)])
+    assert ('2 of 2 run(s) not finished in the time limit (5 s): SimCLR seed 3, SupCon seed 3; '
+            'the same command again trains them') in capsys.readouterr().out
+
+
+# About 40 s on 2 idle cores (8 training processes, their start-up most of it): one epoch on
+# half of digits and no probes keep it so (the slot's probe commands are checked by the dry run
+# above; the preset's own rehearsal trains 2 epochs and the probes).
+def test_false_negatives_gpu_slot_rehearsal_adds_a_seed_per_run(tmp_path):
+    """--rehearse trains the slot's four runs at toy size on the CPU; each run with the last
+    result as --previous adds the next seed, merged into one result."""
+    bench = _load('false_negatives')
+    slot = ['--preset', 'gpu-slot', '--rehearse', '--epochs', '1', '--subset', '0.5',
+            '--linear-epochs', '0', '--work-dir', str(tmp_path / 'runs')]
+    first = bench.main([*slot, '--out', str(tmp_path / 'slot_1.json')])
+    assert sorted((r['method'], r['seed']) for r in first['runs']) == \
+        sorted((m, 0) for m in SLOT_METHODS)
+    assert first['settings']['dataset'] == 'digits' and first['settings']['augment_on'] == 'device'
+    second = bench.main([*slot, '--previous', str(tmp_path / 'slot_1.json'),
+                         '--out', str(tmp_path / 'slot_2.json')])
+    saved = json.loads((tmp_path / 'slot_2.json').read_text())
+    assert saved['settings']['seeds'] == [0, 1]
+    assert sorted((r['method'], r['seed']) for r in saved['runs']) == \
+        sorted((m, s) for m in SLOT_METHODS for s in (0, 1))
+    for method in SLOT_METHODS:
+        assert saved['summary']['methods'][method]['top1']['seeds'] == [0, 1]
+    assert saved['summary']['paired']['ifnd']['top1']['seeds'] == [0, 1]
+    assert [r['seed'] for r in second['runs'] if r['method'] == 'ifnd'] == [1, 0]
+    assert (tmp_path / 'runs' / 'ifnd' / 'seed_1' / 'run.json').is_file()
+    ifnd = next(r for r in second['runs'] if r['method'] == 'ifnd')
+    assert [r['epoch'] for r in ifnd['rounds']] == [0, 1]  # its clustering rounds were read

@@ -6,22 +6,23 @@ a run's bad options first), ``running`` (subprocesses), ``results`` (reading fin
 (error bars), ``report`` (tables and picture), ``cli`` (all of it in order).
 """
 from .cli import main
-from .merge import check_previous, merge, read_previous, settings_differences
-from .plan import (backbone_options, cfg_options, hook_index, linear_options, load_config,
-                   make_plans, train_command, write_split)
+from .merge import check_previous, merge, next_seed, read_previous, settings_differences
+from .plan import (augment_options, backbone_options, cfg_options, hook_index, linear_options,
+                   load_config, make_plans, train_command, training_data, write_split)
 from .protocol import (CPU_METHOD_OPTIONS, DATASETS, DIGITS_METHOD_OPTIONS, METHODS, PRESETS,
-                       TITLES, parse_args, resolve_config)
+                       REHEARSAL, TITLES, parse_args, resolve_config)
 from .report import markdown_tables, plot
 from .results import (collect, detection_over_training, final_knn_top1, flagged_negatives,
                       last_round, pick_level, read_scalars)
-from .running import run_plan, training_device
+from .running import TimeLimit, run_plan, training_device
 from .stats import fieller_interval, mean_sd, summarise, t_interval
 
-__all__ = ['main', 'check_previous', 'merge', 'read_previous', 'settings_differences',
-           'backbone_options', 'cfg_options', 'hook_index', 'linear_options', 'load_config',
-           'make_plans', 'train_command', 'write_split', 'CPU_METHOD_OPTIONS', 'DATASETS',
-           'DIGITS_METHOD_OPTIONS', 'METHODS', 'PRESETS', 'TITLES', 'parse_args',
+__all__ = ['main', 'check_previous', 'merge', 'next_seed', 'read_previous',
+           'settings_differences', 'augment_options', 'backbone_options', 'cfg_options',
+           'hook_index', 'linear_options', 'load_config', 'make_plans', 'train_command',
+           'training_data', 'write_split', 'CPU_METHOD_OPTIONS', 'DATASETS',
+           'DIGITS_METHOD_OPTIONS', 'METHODS', 'PRESETS', 'REHEARSAL', 'TITLES', 'parse_args',
            'resolve_config', 'markdown_tables', 'plot', 'collect', 'detection_over_training',
            'final_knn_top1', 'flagged_negatives', 'last_round', 'pick_level', 'read_scalars',
-           'run_plan', 'training_device', 'fieller_interval', 'mean_sd', 'summarise',
+           'TimeLimit', 'run_plan', 'training_device', 'fieller_interval', 'mean_sd', 'summarise',
            't_interval']

@@ -1,6 +1,7 @@
 """The benchmark end to end: plan the runs, train them, read them back, report."""
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import shlex
 import sys
@@ -10,28 +11,47 @@ from typing import Sequence
 from common import report_results
 
 from .merge import check_previous, merge
-from .plan import make_plans
-from .protocol import parse_args
+from .plan import load_config, make_plans, training_data
+from .protocol import TITLES, parse_args
 from .report import markdown_tables, plot
 from .results import collect
-from .running import run_plan, training_device
+from .running import TimeLimit, run_plan, training_device
 from .stats import summarise
 
 # Options that change how the benchmark runs, not what it measures: left out of the settings.
-# --previous names the results merged in (the result's merged_from), not a setting of its runs.
-_NOT_SETTINGS = ('out', 'plot', 'python', 'dry_run', 'skip_train', 'verbose', 'rerun', 'previous')
+# --previous names the results merged in (the result's merged_from), not a setting of its runs;
+# a rehearsal's sizes are in the settings it sets.
+_NOT_SETTINGS = ('out', 'plot', 'python', 'dry_run', 'skip_train', 'verbose', 'rerun', 'previous',
+                 'rehearse', 'time_limit', 'time_limit_clock')
+
+
+def _check_gpu_slot(args: argparse.Namespace, device: str) -> None:
+    """Refuse the gpu-slot preset where it cannot train, before any run starts: a slot is short."""
+    if args.preset != 'gpu-slot' or args.dry_run or args.skip_train:
+        return
+    if device.startswith('CPU') and not args.rehearse:
+        raise SystemExit('error: --preset gpu-slot is sized for 8 minutes of one GPU and no CUDA '
+                         'device is here: add --dry-run to print its commands, or --rehearse to '
+                         'train it at toy size on this CPU')
+    try:  # the images must be on this machine: a GPU machine may not reach the internet
+        training_data(load_config(getattr(args, f'{args.methods[0]}_config')))
+    except (OSError, ValueError) as err:
+        raise SystemExit(f'error: the training data cannot be read: {err}') from None
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Train (unless finished or --skip-train), read the results, print the tables."""
+    started = time.monotonic()  # --time-limit counts from here
     args = parse_args(argv)
     device = training_device()
     if args.threads is not None:
         device += f', {args.threads} thread(s) per run, {args.jobs} run(s) at a time'
     if args.preset == 'gpu' and device.startswith('CPU') and not args.dry_run:
         print('warning: the gpu preset on a CPU takes days; use --preset cpu', file=sys.stderr)
+    _check_gpu_slot(args, device)
     print(f'Training device: {device}')
     settings = {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS}
+    args.time_limit_clock = TimeLimit(args.time_limit, started)
     # Earlier results are checked before any training: a refusal should not come hours later.
     previous = check_previous(args.previous, settings, args)
     for source in previous:
@@ -57,7 +77,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
                          'command again, which trains only the runs not finished')
     records = [future.result() for future in futures]
     runs = [collect(plan, record, args) for plan, record in zip(plans, records) if record]
+    unfinished = [plan for plan, record in zip(plans, records) if not record]
+    if unfinished and args.time_limit_clock.seconds and not args.skip_train:
+        print(f'{len(unfinished)} of {len(plans)} run(s) not finished in the time limit '
+              f'({args.time_limit:g} s): '
+              + ', '.join(f"{TITLES[p['method']]} seed {p['seed']}" for p in unfinished)
+              + '; the same command again trains them (they start over)', flush=True)
     if not runs and not any(source['runs'] for source in previous):
+        if args.time_limit_clock.seconds and not args.skip_train:
+            raise SystemExit(f'no run finished in the time limit ({args.time_limit:g} s); nothing '
+                             'to report: raise --time-limit or lower the budget (e.g. --epochs)')
         raise SystemExit(f'no finished run in {args.work_dir} (drop --skip-train)')
     merged = merge({
         'benchmark': 'false_negatives',

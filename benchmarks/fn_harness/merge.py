@@ -8,6 +8,7 @@ are compared only for the methods both train.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os.path as osp
 
@@ -49,6 +50,12 @@ def read_previous(path: str) -> dict:
     except LayoutError as err:
         raise SystemExit(f'--previous {path}: {err}; correct that value, or {fix}') from None
     return result
+
+
+def next_seed(paths: list[str]) -> int:
+    """The smallest seed no run of the earlier results has: the seed one more run adds."""
+    taken = {run['seed'] for path in paths for run in read_previous(path)['runs']}
+    return next(seed for seed in itertools.count() if seed not in taken)
 
 
 def _method_settings(settings: dict, method: str) -> dict:

@@ -125,6 +125,7 @@ def cfg_options(method: str, cfg, args: argparse.Namespace, seed: int | None = N
     opts.update(_schedule_options(method, cfg, args))
     opts.update(train_subset_options('train_dataloader.dataset', cfg.train_dataloader.dataset,
                                      args, split))
+    opts.update(augment_options(args))
     batch = args.batch_size or cfg.train_dataloader.batch_size
     if args.batch_size is not None:
         opts['train_dataloader.batch_size'] = args.batch_size
@@ -155,7 +156,16 @@ def backbone_options(args: argparse.Namespace) -> dict:
         opts['model.backbone.cifar_stem'] = args.cifar_stem
     if args.channels is not None:
         opts['model.backbone.channels'] = tuple(args.channels)
+    if args.channels_last is not None:
+        opts['model.backbone.channels_last'] = args.channels_last
     return opts
+
+
+def augment_options(args: argparse.Namespace) -> dict:
+    """Where the training views are made, shared by pre-training and the linear probe."""
+    if args.augment_on is None:
+        return {}
+    return {'train_dataloader.dataset.augment_on': args.augment_on}
 
 
 def train_subset_options(key: str, dataset_cfg, args: argparse.Namespace,
@@ -206,6 +216,7 @@ def linear_options(cfg, pretrain_cfg, checkpoint: str, args: argparse.Namespace,
                 {max(1, round(m * args.linear_epochs / full)) for m in scheds[0].milestones})
     opts.update(train_subset_options('train_dataloader.dataset', cfg.train_dataloader.dataset,
                                      args, split))
+    opts.update(augment_options(args))
     opts.update(query_options('val_dataloader.dataset', cfg.val_dataloader.dataset, args, split))
     if args.num_workers is not None:
         for loader in ('train_dataloader', 'val_dataloader'):
@@ -222,6 +233,18 @@ def worker_options(loader: str, cfg, num_workers: int, persistent: bool | None =
     return opts
 
 
+def training_data(cfg):
+    """The config's whole training split, without views or subset (its labels; its files read)."""
+    from mmengine.registry import init_default_scope
+
+    import ifnd  # noqa: F401  (registers the data sets)
+    from ifnd.registry import DATASETS
+    init_default_scope('ifnd')
+    data = {k: v for k, v in dict(cfg.train_dataloader.dataset).items()
+            if k not in ('pipeline', 'subset_fraction', 'subset_file', 'subset_seed', 'augment_on')}
+    return DATASETS.build(data)
+
+
 def write_split(args: argparse.Namespace, cfg) -> dict:
     """Index files of a held-out validation part of the training split and of the rest trained on.
 
@@ -229,15 +252,8 @@ def write_split(args: argparse.Namespace, cfg) -> dict:
     ``--subset`` of every class of the full split, drawn from what is left (both class-balanced,
     fixed seeds, so every method and seed sees the same images).
     """
-    from mmengine.registry import init_default_scope
-
-    import ifnd  # noqa: F401  (registers the data sets)
     from ifnd.datasets import balanced_subset_indices
-    from ifnd.registry import DATASETS
-    init_default_scope('ifnd')
-    data = {k: v for k, v in dict(cfg.train_dataloader.dataset).items()
-            if k not in ('pipeline', 'subset_fraction', 'subset_file', 'subset_seed', 'augment_on')}
-    labels = np.asarray(DATASETS.build(data).labels)
+    labels = np.asarray(training_data(cfg).labels)
     val = balanced_subset_indices(labels, args.val_fraction, seed=1)
     rest = np.setdiff1d(np.arange(len(labels)), val)
     train = []

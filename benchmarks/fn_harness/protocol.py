@@ -124,7 +124,35 @@ PRESETS = {
                 knn_interval=None, val_fraction=None, lr=None, warmup_epochs=None,
                 num_workers=None, temperature=None, num_clusters=None, final_rate=None,
                 nredo=None, linear_epochs=None, seeds=[0, 1, 2], method_options={}),
+    # One seed of the gap's two ends, IFND and the schedule-matched oracle on all 60,000 images
+    # in one 8-minute GPU run; seeds=None: the first seed no --previous result has. The configs'
+    # GPU network (full-width ResNet-18, CIFAR stem, 28 px) in bfloat16, channels_last, views made
+    # on the GPU, not compiled (a minute of compilation a process would not pay back in 8
+    # epochs); the cpu protocol's tau 0.2 and lr per image (0.25 at 128 -> 0.5 at 256).
+    # Time on one H100, estimated, not measured: at 20k views/s forward and backward in bfloat16,
+    # shared by the four runs, an epoch is 60,000 x 2 views, 6 s a method, so 8 epochs of four
+    # take 192 s; start-up 30 s; kNN after epochs 4 and 8 (70,000 images forward, ~2 s a run)
+    # 16 s; IFND's 9 clustering rounds (~3 s) 27 s; the probes 55 s (15 s start-up, ~1 s a
+    # method-epoch); the report 5 s: ~325 s, 5.4 of 8 minutes (6.5 at 15k views/s). Four runs at
+    # once, not one after another: the GPU work is the same, but their start-ups (about a minute
+    # more in a row) and CPU phases overlap. --time-limit stops them at 8 minutes, keeping what
+    # finished.
+    'gpu-slot': dict(dataset='fmnist', methods=['simclr', 'ifnd', 'supcon', 'oracle_elim_linear'],
+                     epochs=8, subset=1.0, batch_size=256, backbone='resnet18', cifar_stem=True,
+                     channels='64,128,256,512', neck_hidden=512, cluster_interval=1,
+                     knn_interval=4, val_fraction=1.0, lr=0.5, warmup_epochs=1, num_workers=0,
+                     temperature=0.2, num_clusters=None, final_rate=None, nredo=2,
+                     linear_epochs=10, seeds=None, method_options={}, amp=True,
+                     augment_on='device', channels_last=True, jobs=4, time_limit=480.0),
 }
+# --rehearse: a preset's runs at toy size on the CPU (digits, 2 epochs, an eighth-width network,
+# float32) to check a command end to end before its GPU slot: the second epoch trains on the
+# first round's labels. Start-up is most of its 1-2 minutes on 2 cores.
+REHEARSAL = dict(dataset='digits', epochs=2, batch_size=64, channels='8,16,32,64',
+                 neck_hidden=64, knn_interval=1, cluster_interval=1, nredo=1, linear_epochs=3,
+                 amp=False)
+# Defaults of the options a preset may leave unset.
+DEFAULTS = dict(amp=False, jobs=1)
 
 
 def _ints(text: str) -> list[int]:
@@ -140,8 +168,14 @@ def method_option_texts(method_options: dict) -> list[str]:
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu',
                         help="budget: 'cpu' (Fashion-MNIST, about 3 hours on 2 cores with --jobs "
-                        "2), 'digits' (scikit-learn's digits, about 40 s a run on one thread) or "
-                        "'gpu' (the configs' own settings); the options below override it")
+                        "2), 'digits' (scikit-learn's digits, about 40 s a run on one thread), "
+                        "'gpu' (the configs' own settings) or 'gpu-slot' (one seed of 4 methods "
+                        'on all of Fashion-MNIST in 8 minutes of one GPU, the next seed each '
+                        'time); the options below override it')
+    parser.add_argument('--rehearse', action='store_true',
+                        help='train the preset\'s runs at toy size on the CPU (digits, 2 epochs, '
+                        'an eighth-width network, float32) to check the command before its GPU '
+                        'run; the options below still override')
     parser.add_argument('--dataset', choices=sorted(DATASETS), default=None,
                         help="which configs to train (default: the preset's, fmnist or digits)")
     parser.add_argument('--methods', nargs='+', choices=METHODS, default=None,
@@ -149,7 +183,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                         'default: every method with a config for --dataset)')
     parser.add_argument('--seeds', nargs='+', type=int, default=None,
                         help='run seeds; every method runs once per seed (preset: 0 1 2; '
-                        'digits: 0 1 2 3 4)')
+                        'digits: 0 1 2 3 4; gpu-slot: the first seed no --previous result has)')
     parser.add_argument('--eval-split', choices=('test', 'val'), default='test',
                         help="'val': hold --val-fraction of the training split out of training "
                         "and evaluate on it (choosing hyper-parameters); 'test': the test split")
@@ -170,6 +204,8 @@ def _add_data_budget(budget: argparse._ArgumentGroup) -> None:
                         help='3x3 stride-1 ResNet stem without max-pool')
     budget.add_argument('--channels', default=None,
                         help='ResNet stage widths, e.g. 32,64,128,256 (half width)')
+    budget.add_argument('--channels-last', action=argparse.BooleanOptionalAction, default=None,
+                        help='NHWC weights and inputs (faster bfloat16 convolutions on a GPU)')
     budget.add_argument('--neck-hidden', type=int, default=None,
                         help='hidden width of the projection head')
     budget.add_argument('--cluster-interval', type=int, default=None,
@@ -186,6 +222,10 @@ def _add_data_budget(budget: argparse._ArgumentGroup) -> None:
                         help='linear warm-up epochs before the cosine decay (used when --epochs '
                         "changes the schedule; default 5%% of the epochs)")
     budget.add_argument('--num-workers', type=int, default=None, help='data-loader workers')
+    budget.add_argument('--augment-on', choices=('cpu', 'device'), default=None,
+                        help="where the training views are made, of pre-training and probe: "
+                        "'device' in batches in the data preprocessor (with --num-workers 0), "
+                        "'cpu' by the loader")
 
 
 def _add_method_budget(budget: argparse._ArgumentGroup) -> None:
@@ -206,12 +246,18 @@ def _add_method_budget(budget: argparse._ArgumentGroup) -> None:
 def _add_tool_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--cfg-options', nargs='+', default=[],
                         help='extra key=value overrides passed to every pre-training run')
-    parser.add_argument('--amp', action='store_true', help='train with mixed precision')
+    parser.add_argument('--amp', action=argparse.BooleanOptionalAction, default=None,
+                        help='train with mixed precision (default: off; gpu-slot: on)')
     parser.add_argument('--threads', type=int, default=None,
                         help='OMP/MKL threads of each training process (default: torch\'s own, '
                         'or cores / --jobs)')
-    parser.add_argument('--jobs', type=int, default=1,
-                        help='training runs at a time (on a CPU, each gets cores / jobs threads)')
+    parser.add_argument('--jobs', type=int, default=None,
+                        help='training runs at a time (on a CPU, each gets cores / jobs threads; '
+                        'default: 1; gpu-slot: 4)')
+    parser.add_argument('--time-limit', type=float, default=None, metavar='SECONDS',
+                        help='wall-clock seconds this invocation may train (gpu-slot: 480): runs '
+                        'still training then are stopped, runs that cannot finish in the time left '
+                        'are not started, and the finished ones are reported and saved; 0: none')
     parser.add_argument('--level', default='finest',
                         help="clustering level for the MTPR/MTNR column: 'finest' (largest k, as "
                         "the paper's k=100) or its index")
@@ -248,12 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter)
     _add_run_options(parser)
     def preset(name: str) -> str:
-        return ', '.join([f'{key}={value}' for key, value in PRESETS[name].items()
+        return ', '.join([f'{key}={" ".join(value) if isinstance(value, list) else value}'
+                          for key, value in PRESETS[name].items()
                           if value is not None and key not in ('seeds', 'method_options')]
                          + method_option_texts(PRESETS[name]['method_options']))
     budget = parser.add_argument_group(
         'budget', f"Unset options take the preset value: cpu: {preset('cpu')}; digits: "
-        f"{preset('digits')}; gpu keeps the configs.")
+        f"{preset('digits')}; gpu-slot: {preset('gpu-slot')}; gpu keeps the configs.")
     _add_data_budget(budget)
     _add_method_budget(budget)
     _add_tool_options(parser)
@@ -264,9 +311,10 @@ def _apply_preset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     """Fill unset options from the preset; merge ``--method-options`` over the preset's."""
     given = args.method_options or []
     args.method_options = None
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
+    for values in (REHEARSAL if args.rehearse else {}, PRESETS[args.preset], DEFAULTS):
+        for key, value in values.items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
     if args.methods is None:
         args.methods = [m for m in METHODS
                         if m in DATASETS[args.dataset] or getattr(args, f'{m}_config')]
@@ -292,6 +340,8 @@ def _check_ranges(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         value = getattr(args, name)
         if value is not None and not 0.0 < value <= 1.0:
             parser.error(f'--{name.replace("_", "-")} must be in (0, 1]')
+    if args.time_limit is not None and args.time_limit < 0:
+        parser.error('--time-limit must be >= 0 seconds (0: no limit)')
     for name in ('batch_size', 'cluster_interval', 'knn_interval', 'nredo', 'jobs',
                  'neck_hidden'):
         value = getattr(args, name)
@@ -356,6 +406,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     _apply_preset(args, parser)
+    if args.seeds is None:  # the preset's seed is the next one: after those of --previous
+        from .merge import next_seed
+        args.seeds = [next_seed(args.previous)]
     _check_ranges(args, parser)
     _read_texts(args, parser)
     _resolve_paths(args)
