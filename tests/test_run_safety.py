@@ -122,7 +122,12 @@ def test_second_run_in_a_held_work_dir_is_refused_and_a_killed_run_frees_it(tmp_
     finally:
         first.kill()
         first.wait()
-    # The kill released the lock: the same work dir is taken at once.
+    # The kill released the lock: the same work dir is taken at once (not through a planted link).
+    (run / LOCK_NAME).rename(run / 'lock.bak')
+    (run / LOCK_NAME).symlink_to(tmp_path / 'elsewhere')
+    assert f'{run / LOCK_NAME} is a link, not the lock file' in train_error(path, '--resume', 'auto')
+    assert not (tmp_path / 'elsewhere').exists()
+    (run / LOCK_NAME).unlink()
     train_tool.main([path, '--resume', 'auto', '--cfg-options', 'train_cfg.max_epochs=1'])
     assert (run / 'epoch_1.pth').is_file()
 

@@ -138,7 +138,14 @@ def hold_work_dir(work_dir: str) -> Iterator[None]:
     """
     os.makedirs(work_dir, exist_ok=True)
     path = os.path.join(work_dir, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:  # never through a link: the lock is the work dir's own file
+        kind = 'a link' if os.path.islink(path) else 'not a file' if os.path.lexists(path) else None
+        if kind is None:
+            raise
+        raise FileExistsError(f'{path} is {kind}, not the lock file a run holds; delete it (no run '
+                              'writes it so) and start again') from err
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
