@@ -31,7 +31,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ifnd.clustering import check_round_options, clustering_round, round_seed
+from ifnd.clustering import (BACKEND_TABLE, check_round_options, clustering_round, round_seed,
+                             sharding_backend)
 from ifnd.dist import shard_index
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
@@ -39,12 +40,8 @@ from common import HelpFormatter, describe_device, report_results, resolve_devic
 
 
 def available_backends() -> list[str]:
-    """k-means backends usable here: 'faiss' when importable, and 'torch' always."""
-    try:
-        import faiss  # noqa: F401
-    except ImportError:
-        return ['torch']
-    return ['faiss', 'torch']
+    """k-means backends usable here: those of the backends' table installed here, in its order."""
+    return [name for name, backend in BACKEND_TABLE.items() if backend.installed()]
 
 
 def parse_ks(text: str) -> list[int]:
@@ -68,7 +65,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help='data-set sizes N')
     parser.add_argument('--ks', type=parse_ks, nargs='+', default=[[10, 30, 100], [100, 300, 1000]],
                         help='cluster-count levels of one round, each comma-separated')
-    parser.add_argument('--backends', nargs='+', choices=['faiss', 'torch'],
+    parser.add_argument('--backends', nargs='+', choices=list(BACKEND_TABLE),
                         default=available_backends(), help='k-means backends')
     parser.add_argument('--dim', type=int, default=128, help='feature dimension')
     parser.add_argument('--niter', type=int, default=20, help='Lloyd iterations')
@@ -95,6 +92,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--out', default=None, help='also write the results as JSON here')
     args = parser.parse_args(argv)
+    check_args(parser, args)
+    return args
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, through ``parser``, settings no round can run with; set the threads per process."""
     if min(args.num_samples) < 1 or args.dim < 1 or args.niter < 1 or args.nredo < 1 \
             or args.repeats < 1:
         parser.error('--num-samples, --dim, --niter, --nredo and --repeats must be >= 1')
@@ -102,8 +105,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error('--rate must be in [0, 1]')
     if args.world_size < 1:
         parser.error('--world-size must be >= 1')
-    if args.world_size > 1 and 'torch' not in args.backends:
-        parser.error('--world-size > 1 shards the torch backend: include torch in --backends')
+    sharding = sharding_backend()
+    if args.world_size > 1 and sharding not in args.backends:
+        parser.error(f'--world-size > 1 shards the {sharding} backend: include {sharding} in '
+                     '--backends')
     if args.world_size > 1 and resolve_device(args.device).type != 'cpu':
         parser.error('--world-size > 1 spawns gloo processes on the CPU: pass --device cpu')
     # The sharded processes share the cores of the one-process run.
@@ -111,7 +116,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     available = available_backends()
     missing = [b for b in args.backends if b not in available]
     if missing:
-        parser.error(f'backend(s) {missing} not available here (faiss is not importable); '
+        parser.error(f'backend(s) {missing} not available here (not importable); '
                      f'available: {available}')
     for n in args.num_samples:
         for ks in args.ks:
@@ -122,7 +127,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             check_round_options('kappa', kmeans_settings(args, backend))
     except (TypeError, ValueError) as err:
         parser.error(str(err))
-    return args
 
 
 def kmeans_settings(args: argparse.Namespace, backend: str) -> dict:
@@ -178,7 +182,7 @@ def _sharded_worker(rank: int, port: int, args: argparse.Namespace, data_path: s
     dist.init_process_group('gloo', rank=rank, world_size=args.world_size)
     data = torch.load(data_path, weights_only=True)
     part = lambda x: x[shard_index(len(x))].contiguous()  # noqa: E731
-    timed_round(part(data['warm']), [2], 'torch', args, args.seed, len(data['warm']))
+    timed_round(part(data['warm']), [2], sharding_backend(), args, args.seed, len(data['warm']))
     out = {}
     for n in args.num_samples:
         feats = part(data[n])
@@ -186,7 +190,8 @@ def _sharded_worker(rank: int, port: int, args: argparse.Namespace, data_path: s
             rounds = []
             for r in range(args.repeats):
                 dist.barrier()  # every rank starts the round together
-                rounds.append(timed_round(feats, ks, 'torch', args, round_seed(args.seed, r), n))
+                rounds.append(timed_round(feats, ks, sharding_backend(), args,
+                                          round_seed(args.seed, r), n))
             out[(n, tuple(ks))] = rounds
     if rank == 0:
         torch.save({str(key): value for key, value in out.items()}, out_path)
@@ -222,7 +227,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                 rounds = [timed_round(feats, ks, backend, args, round_seed(args.seed, r))
                           for r in range(args.repeats)]
                 rows.append(_summary(rounds, backend, n, ks, 1))
-                if backend == 'torch':
+                if backend == sharding_backend():
                     single_labels[(n, tuple(ks))] = (rows[-1], rounds[-1]['labels'])
     if args.world_size > 1:
         rows += _sharded_rows(args, data, single_labels)
@@ -238,7 +243,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
 
 
 def _sharded_rows(args: argparse.Namespace, data: dict, single: dict) -> list[dict]:
-    """The torch configurations again, sharded over ``world_size`` spawned gloo processes."""
+    """The sharding backend's configurations again, sharded over ``world_size`` spawned gloo processes."""
     with tempfile.TemporaryDirectory() as tmp:
         data_path, out_path = os.path.join(tmp, 'features.pt'), os.path.join(tmp, 'rounds.pt')
         torch.save(data, data_path)
@@ -248,7 +253,7 @@ def _sharded_rows(args: argparse.Namespace, data: dict, single: dict) -> list[di
     rows = []
     for (n, ks), (one, labels) in single.items():
         rounds = out[str((n, ks))]
-        row = _summary(rounds, 'torch', n, ks, args.world_size)
+        row = _summary(rounds, sharding_backend(), n, ks, args.world_size)
         row['speedup'] = one['total_s'] / row['total_s']
         # The same seeds as the one-process rounds: the labels must match.
         row['same_labels'] = bool(rounds[-1]['labels'].equal(labels))

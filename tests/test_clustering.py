@@ -13,6 +13,7 @@ from sklearn.metrics import adjusted_rand_score
 from ifnd.clustering import (KMeansResult, accept_labels, acceptance_rate, assign_by_cosine,
                              choose_backend, cluster_confidence, confidence, kmeans,
                              multi_level_kmeans, pcl_concentration, resolve_backend)
+from ifnd.clustering.torch_kmeans import torch_kmeans
 
 faiss = pytest.importorskip('faiss')
 # The module (ifnd.clustering's attribute `kmeans` is the function of that name).
@@ -84,8 +85,8 @@ def _lloyd_syncs(points: torch.Tensor, k: int, **options) -> tuple[dict, torch.T
     syncs, centroids, max_points = {}, None, options.pop('max_points', 1000)
     for niter in (2, 10):
         with HostSyncOps() as mode:
-            centroids = kmeans_module._torch_kmeans(points, k, niter, 3, max_points, seed=5,
-                                                    verbose=False, **options)
+            centroids = torch_kmeans(points, k, niter, 3, max_points, seed=5, verbose=False,
+                                      **options)
         syncs[niter] = len(mode.seen)
     return syncs, centroids
 
@@ -119,8 +120,10 @@ def test_torch_kmeans_iterations_make_no_host_sync(init):
     ('cpu', False, False, 'torch'),  # faiss not installed
 ])
 def test_choose_backend(device, faiss_gpu, installed, expected):
-    assert choose_backend(torch.device(device), faiss_gpu, installed) == expected
-    assert choose_backend(device, faiss_gpu, installed) == expected
+    offers = {'installed': {'faiss': installed}, 'gpu': {'faiss': faiss_gpu}}
+    assert choose_backend(torch.device(device), **offers) == expected
+    assert choose_backend(device, **offers) == expected
+    assert choose_backend(device, shards=True, **offers) == 'torch'  # the one that shards
 
 
 def test_resolve_backend_and_result_device(monkeypatch):

@@ -10,6 +10,7 @@ from mmengine.config import Config
 from mmengine.optim import AmpOptimWrapper, build_optim_wrapper
 from mmengine.registry import init_default_scope
 
+from ifnd.clustering import pad_levels
 from ifnd.engine import cli
 from ifnd.registry import MODELS
 
@@ -214,8 +215,9 @@ def _filled(model, levels=2, num_samples=40, clusters=(3, 5)):
         model.label_bank.reset(levels, num_samples)
         centroids = [torch.nn.functional.normalize(torch.randn(k, TINY_NECK['out_dim']), dim=1)
                      for k in clusters]
-        model.label_bank.update(torch.where(accepted, labels, unique), centroids,
-                                [torch.rand(k) + 0.5 for k in clusters])
+        padded, concentration = pad_levels(centroids, [torch.rand(k) + 0.5 for k in clusters])
+        model.label_bank.update(torch.where(accepted, labels, unique), padded, concentration,
+                                clusters)
     if hasattr(model, 'queue_index'):
         model.queue_index.copy_(torch.randint(0, num_samples, model.queue_index.shape, generator=g))
     return model
@@ -351,7 +353,7 @@ def test_step_cost_benchmark_speed_options_and_encoder_row(capsys):
 
 def _device_view_batch(kind, view, root, num_views=2):
     from ifnd.datasets import Digits, ImageFolder
-    from ifnd.datasets.datasets import batch_collate
+    from ifnd.datasets.base import batch_collate
     pipeline = dict(type='MultiView', num_views=num_views, transforms=view)
     if kind == 'digits':
         ds = Digits(split='train', pipeline=pipeline, augment_on='device')

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from helpers import TINY_BACKBONE, TINY_NECK, digits_config, train_tool
 from mmengine.registry import init_default_scope
 
+from ifnd.clustering import pad_levels
 from ifnd.models.false_negatives import (AcceptanceSchedule, GroundTruth, NegativeBatch,
                                          build_weighting, flagged_loss)
 from ifnd.registry import MODELS, RUNNERS
@@ -180,7 +181,12 @@ def _bank_contents(gen: torch.Generator) -> tuple:
 
 def _fill_bank(model, labels, centroids=None, concentration=None) -> None:
     model.label_bank.reset(labels.shape[0], labels.shape[1])
-    model.label_bank.update(labels, centroids, concentration)
+    if centroids is None:
+        model.label_bank.update(labels)
+        return
+    # Padded to the largest k, as a clustering round hands them out.
+    padded, phi = pad_levels(centroids, concentration)
+    model.label_bank.update(labels, padded, phi, [len(c) for c in centroids])
 
 
 def _capture(model) -> dict:

@@ -5,6 +5,8 @@ runs. tools/, benchmarks/, tests/ and hubconf.py stand above the package and may
 """
 import ast
 import os.path as osp
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +19,9 @@ FLOORS = (
     ('registry',),         # mmengine's child registries: names only
     ('fileio', 'dist', 'launch'),  # atomic writes, the safe checkpoint reader, configs as data, JSON;
                                    # collectives; starting and ending the processes of a run
-    ('datasets',),
+    ('datasets', 'clustering'),  # the data sets; k-means, κ, acceptance schedules and the
+                                  # clustering round (no model code: the models import them)
     ('models',),
-    ('clustering',),
     ('engine',),           # the Runner, work-dir runs, feature extraction, optimiser wrappers
     ('evaluation',),
     ('hooks',),
@@ -79,3 +81,22 @@ def test_imports_point_down(path):
              if unit(name) != own and FLOOR.get(unit(name), len(FLOORS)) >= FLOOR[own]]
     assert not wrong, (f'{own} (floor {FLOOR[own]}) imports upward or sideways; move the code to the '
                        'floor it belongs on:\n' + '\n'.join(wrong))
+
+
+CLUSTERING = sorted((PACKAGE / 'clustering').rglob('*.py'))
+
+
+@pytest.mark.parametrize('path', CLUSTERING, ids=lambda p: osp.relpath(p, PACKAGE.parent))
+def test_clustering_imports_no_model_code(path):
+    """Clustering sits below the models: none of its modules imports ifnd.models."""
+    wrong = [f'line {line}: {name}' for name, line in imported_modules(path)
+             if unit(name) in ('models', 'engine', 'hooks')]
+    assert not wrong, f'{module_name(path)} imports model, engine or hook code:\n' + '\n'.join(wrong)
+
+
+def test_importing_clustering_loads_neither_models_nor_timm():
+    """``import ifnd.clustering`` stays light: no model code and no timm are loaded."""
+    code = ("import ifnd.clustering, sys; "
+            "assert 'timm' not in sys.modules and 'ifnd.models' not in sys.modules, "
+            "sorted(m for m in sys.modules if m.startswith(('timm', 'ifnd.models')))")
+    subprocess.run([sys.executable, '-c', code], check=True, cwd=PACKAGE.parent)

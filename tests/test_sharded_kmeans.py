@@ -77,7 +77,7 @@ def _hook_round(work_dir: str) -> tuple[torch.Tensor, dict]:
 def _sharded_lloyd_syncs() -> dict:
     """Host-sync ops of this rank's sharded torch k-means at 2 and 10 Lloyd iterations, on all
     the points and on a training sample of them (k-means++ on repeated points: empty clusters)."""
-    from ifnd.clustering.kmeans import _torch_kmeans
+    from ifnd.clustering.torch_kmeans import torch_kmeans
     x = _features()['duplicates']
     index = shard_index(len(x))
     points = torch.nn.functional.normalize(x[index], dim=1)
@@ -85,8 +85,8 @@ def _sharded_lloyd_syncs() -> dict:
     for max_points in (1000, 20):
         for niter in (2, 10):
             with HostSyncOps() as mode:
-                _torch_kmeans(points, 9, niter, 2, max_points, seed=3, init='k-means++',
-                              verbose=False, sample_index=index, num=len(x))
+                torch_kmeans(points, 9, niter, 2, max_points, seed=3, init='k-means++',
+                             verbose=False, sample_index=index, num=len(x))
             counts[max_points, niter] = len(mode.seen)
     return counts
 

@@ -1,18 +1,30 @@
-"""k-means backends, pseudo-label confidence / acceptance, and the clustering round that joins
-them, for false negative detection."""
-from .kmeans import (KMEANS_BACKENDS, KMeansResult, assign_by_cosine, check_kmeans_options,
-                     choose_backend, faiss_gpu_available, kmeans, kmeans_options,
-                     multi_level_kmeans, resolve_backend)
-from .pseudo_labels import (ACCEPTANCE_SCHEMES, accept_labels, acceptance_rate,
-                            cluster_confidence, confidence, pcl_concentration)
-from .round import (CONFIDENCES, ROUND_SET_KMEANS_OPTIONS, ClusteringRound, check_round_options,
-                    clustering_round, plan_round, round_kmeans_options, round_seed)
+"""Clustering for false negative detection, below the models: it imports no model code.
+
+- ``kmeans.py``: the k-means backends' table (``BACKEND_TABLE``: fit function, installed check,
+  devices, sharding), the one ``'auto'`` rule, the faiss backend and the public entry points.
+- ``torch_kmeans.py``: the torch backend, PCL's Lloyd iterations in PyTorch, sharded or not.
+- ``pseudo_labels.py``: the confidence κ, PCL's concentration and the acceptance of the most
+  confident labels.
+- ``acceptance.py``: the acceptance schedules' arithmetic (the rate of a scheme at an epoch).
+- ``round.py``: one clustering round joining them, and the broadcast of its labels, centroids and
+  concentrations (padded to the largest k) from rank 0.
+"""
+from .acceptance import ACCEPTANCE_SCHEMES, acceptance_rate, idle_schedule
+from .kmeans import (BACKEND_TABLE, KMEANS_BACKENDS, KMeansBackend, KMeansResult,
+                     assign_by_cosine, check_kmeans_options, choose_backend, faiss_gpu_available,
+                     kmeans, kmeans_options, multi_level_kmeans, resolve_backend, sharding_backend)
+from .pseudo_labels import accept_labels, cluster_confidence, confidence, pcl_concentration
+from .round import (CONFIDENCES, ROUND_SET_KMEANS_OPTIONS, ClusteringRound, broadcast_round,
+                    check_round_options, clustering_round, pad_levels, plan_round,
+                    round_kmeans_options, round_seed)
 
 __all__ = [
-    'KMEANS_BACKENDS', 'KMeansResult', 'assign_by_cosine', 'choose_backend', 'faiss_gpu_available',
-    'kmeans', 'kmeans_options', 'check_kmeans_options', 'multi_level_kmeans', 'resolve_backend',
-    'ACCEPTANCE_SCHEMES', 'accept_labels', 'acceptance_rate', 'cluster_confidence', 'confidence',
-    'pcl_concentration',
-    'CONFIDENCES', 'ROUND_SET_KMEANS_OPTIONS', 'ClusteringRound', 'check_round_options',
-    'clustering_round', 'plan_round', 'round_kmeans_options', 'round_seed'
+    'ACCEPTANCE_SCHEMES', 'acceptance_rate', 'idle_schedule',
+    'BACKEND_TABLE', 'KMEANS_BACKENDS', 'KMeansBackend', 'KMeansResult', 'assign_by_cosine',
+    'check_kmeans_options', 'choose_backend', 'faiss_gpu_available', 'kmeans', 'kmeans_options',
+    'multi_level_kmeans', 'resolve_backend', 'sharding_backend',
+    'accept_labels', 'cluster_confidence', 'confidence', 'pcl_concentration',
+    'CONFIDENCES', 'ROUND_SET_KMEANS_OPTIONS', 'ClusteringRound', 'broadcast_round',
+    'check_round_options', 'clustering_round', 'pad_levels', 'plan_round', 'round_kmeans_options',
+    'round_seed',
 ]

@@ -1,4 +1,4 @@
-"""Pseudo-label confidence, PCL's cluster concentration, and incremental acceptance.
+"""Pseudo-label confidence, PCL's cluster concentration, and the acceptance of the most confident.
 
 IFND (Sec. 3.2) accepts, per clustering level, only the pseudo labels with the highest confidence
 κ (Eq. ``eq:certainty``); the accepted fraction grows during training. Rejected samples receive a
@@ -15,16 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ifnd.dist import all_reduce_sum
-from ifnd.models.false_negatives.acceptance import ACCEPTANCE_SCHEMES, acceptance_rate
 
-__all__ = [
-    'ACCEPTANCE_SCHEMES',
-    'confidence',
-    'pcl_concentration',
-    'cluster_confidence',
-    'acceptance_rate',
-    'accept_labels',
-]
+__all__ = ['confidence', 'pcl_concentration', 'cluster_confidence', 'accept_labels']
 
 
 ArrayLike = Union[Tensor, np.ndarray]

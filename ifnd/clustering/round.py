@@ -8,7 +8,8 @@ features, benchmarks/clustering_cost.py on random ones, and both get the same la
 Sharded (``num_samples`` given), every process holds the rows ``shard_index(num_samples)`` of the
 features: k-means all-reduces its per-centroid sums, the confidence is computed per shard and only
 the per-sample assignments and confidences are gathered, so every process ends with the labels of
-one process on all the features.
+one process on all the features. :func:`broadcast_round` then hands rank 0's labels, centroids
+and concentrations (padded to the largest k) to every process.
 """
 from __future__ import annotations
 
@@ -17,15 +18,18 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from mmengine.dist import broadcast, is_main_process
 from torch import Tensor
 
 from ifnd.dist import gather_shards, shard_index
 
-from .kmeans import check_kmeans_options, kmeans_options, multi_level_kmeans, resolve_backend
+from .kmeans import (BACKEND_TABLE, check_kmeans_options, kmeans_options, multi_level_kmeans,
+                     resolve_backend, sharding_backend)
 from .pseudo_labels import accept_labels, cluster_confidence, confidence, pcl_concentration
 
 __all__ = ['CONFIDENCES', 'ROUND_SET_KMEANS_OPTIONS', 'ClusteringRound', 'round_kmeans_options',
-           'check_round_options', 'plan_round', 'round_seed', 'clustering_round']
+           'check_round_options', 'plan_round', 'round_seed', 'clustering_round', 'pad_levels',
+           'broadcast_round']
 
 # 'kappa': IFND's per-sample κ; 'pcl': PCL's per-cluster concentration, tighter clusters first.
 CONFIDENCES = ('kappa', 'pcl')
@@ -68,9 +72,11 @@ def check_round_options(confidence_kind: str, kmeans: dict | None,
     sharded = options.pop('sharded', None)
     if sharded not in (None, True, False):
         raise ValueError(f'kmeans.sharded must be None (auto), True or False, got {sharded!r}')
-    if sharded and options.get('backend', 'auto') == 'faiss':
-        raise ValueError('kmeans.sharded=True runs PyTorch k-means; use backend="torch" or '
-                         '"auto", or sharded=False for faiss')
+    backend = options.get('backend', 'auto')
+    if sharded and backend in BACKEND_TABLE and not BACKEND_TABLE[backend].shards:
+        name = sharding_backend()
+        raise ValueError(f'kmeans.sharded=True runs {BACKEND_TABLE[name].label} k-means; use '
+                         f'backend="{name}" or "auto", or sharded=False for {backend}')
     for key in ROUND_SET_KMEANS_OPTIONS:
         if key in options:
             raise ValueError(f'kmeans.{key} is set by {owner} (the round\'s seed, the features\' '
@@ -93,13 +99,15 @@ def plan_round(backend: str, sharded: bool | None, device: torch.device | str,
                world_size: int) -> tuple[str, bool]:
     """The round's k-means backend and whether it runs sharded over the processes.
 
-    ``sharded=None`` shards where several processes would run the torch backend; a sharded
-    round always runs the torch backend.
+    ``sharded=None`` shards where several processes would run a backend that shards (the torch
+    one); a sharded round runs such a backend (see ``BACKEND_TABLE``).
     """
     backend = resolve_backend(backend, device)
     if sharded is None:
-        sharded = world_size > 1 and backend == 'torch'
-    return ('torch' if sharded else backend), sharded
+        sharded = world_size > 1 and BACKEND_TABLE[backend].shards
+    if sharded and not BACKEND_TABLE[backend].shards:
+        backend = resolve_backend('auto', device, shards=True)
+    return backend, sharded
 
 
 def round_seed(seed: int, round_number: int) -> int:
@@ -161,6 +169,40 @@ def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: flo
     return ClusteringRound(labels=torch.stack(labels), assignments=assignments,
                            confidences=confidences, centroids=[r.centroids for r in results],
                            concentrations=concentrations, stats=stats)
+
+
+def pad_levels(centroids: Sequence[Tensor], concentrations: Sequence[Tensor],
+               device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+    """Per-level centroids ``[levels, k_max, D]`` and concentrations ``[levels, k_max]`` as one
+    tensor each, padded to the largest k with zero centroids and unit concentrations."""
+    ks = [len(c) for c in centroids]
+    device = centroids[0].device if device is None else device
+    padded = torch.zeros(len(ks), max(ks), centroids[0].shape[1], device=device)
+    concentration = torch.ones(len(ks), max(ks), device=device)
+    for level, (c, phi) in enumerate(zip(centroids, concentrations)):
+        padded[level, :len(c)] = c.to(device)
+        concentration[level, :len(c)] = phi.to(device)
+    return padded, concentration
+
+
+def broadcast_round(result: ClusteringRound | None, num_clusters: Sequence[int], num_samples: int,
+                    dim: int, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor]:
+    """Rank 0's labels ``[levels, N]`` and padded centroids and concentrations, on every process.
+
+    ``result``: the round on rank 0 (other ranks may pass None); ``dim``: the features' width.
+    The centroids and concentrations are those of :func:`pad_levels`, on ``device``.
+    """
+    levels, width = len(num_clusters), max(num_clusters)
+    labels = torch.empty(levels, num_samples, dtype=torch.long, device=device)
+    if is_main_process():
+        labels.copy_(result.labels.to(device))
+        centroids, concentration = pad_levels(result.centroids, result.concentrations, device)
+    else:  # filled by the broadcast
+        centroids = torch.empty(levels, width, dim, device=device)
+        concentration = torch.empty(levels, width, device=device)
+    for tensor in (labels, centroids, concentration):
+        broadcast(tensor, 0)
+    return labels, centroids, concentration
 
 
 def _level_stats(k: int, assignments: Tensor, accepted: Tensor, threshold: float) -> dict:

@@ -5,17 +5,18 @@ import time
 
 import numpy as np
 import torch
-from mmengine.dist import broadcast, get_world_size, is_main_process
+from mmengine.dist import get_world_size, is_main_process
 from mmengine.hooks import Hook
 
-from ifnd.clustering import (ClusteringRound, acceptance_rate, check_round_options,
-                             clustering_round, plan_round, round_kmeans_options, round_seed)
+from ifnd.clustering import (ClusteringRound, acceptance_rate, broadcast_round,
+                             check_round_options, clustering_round, idle_schedule, plan_round,
+                             round_kmeans_options, round_seed)
 from ifnd.dist import gather_shards
 from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
 from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
 from ifnd.fileio import AtomicLocalBackend, write_json
 from ifnd.fileio.json_files import read_json
-from ifnd.models.false_negatives.acceptance import check_acceptance, idle_schedule
+from ifnd.models.false_negatives.acceptance import check_acceptance
 from ifnd.models.false_negatives.settings import check_number, check_optional, check_seed
 from ifnd.registry import HOOKS
 
@@ -159,12 +160,10 @@ class PseudoLabelHook(Hook):
                                               f'(epoch {epochs_done})', gather=not sharded,
                                               autocast=self.autocast)
         extract_s = time.perf_counter() - tic
-        num, levels = len(dataset), len(self.num_clusters)
-        labels = torch.empty(levels, num, dtype=torch.long, device=device)
+        num = len(dataset)
         pcl = model.uses_prototypes or self.confidence == 'pcl'
-        centroids = torch.zeros(levels, max(self.num_clusters), feats.shape[1], device=device)
-        concentration = torch.ones(levels, max(self.num_clusters), device=device)
         stats: dict = {}
+        result = None  # the round, on the processes that ran it
         if sharded or is_main_process():
             result = clustering_round(
                 feats.to(device), self.num_clusters, rate=rate,
@@ -177,16 +176,9 @@ class PseudoLabelHook(Hook):
             true_labels = (gather_shards(true_labels, num) if sharded else true_labels).cpu()
         if is_main_process():
             stats = self._report(runner, epochs_done, rate, extract_s, result, true_labels)
-            labels.copy_(result.labels.to(device))
-            for level, (c, phi) in enumerate(zip(result.centroids, result.concentrations)):
-                centroids[level, :len(c)] = c.to(device)
-                concentration[level, :len(c)] = phi.to(device)
-        broadcast(labels, 0)
-        broadcast(centroids, 0)
-        broadcast(concentration, 0)
-        ks = self.num_clusters
-        bank.update(labels, [centroids[i, :k] for i, k in enumerate(ks)],
-                    [concentration[i, :k] for i, k in enumerate(ks)])
+        labels, centroids, concentration = broadcast_round(result, self.num_clusters, num,
+                                                           feats.shape[1], device)
+        bank.update(labels, centroids, concentration, self.num_clusters)
         return stats
 
     def _report(self, runner, epochs_done: int, rate: float, extract_s: float,

@@ -4,35 +4,21 @@ IFND accepts the ⌈r·N⌉ most confident pseudo labels, r following a schedule
 (Sec. 3.2). :class:`AcceptanceSchedule` gives any other detector the same schedule with a random
 (seeded) order instead of a confidence: a flag between two samples counts only once both are
 accepted. With the ground-truth detector this is the schedule-matched oracle, which tells how
-much of IFND's shortfall its schedule alone explains.
+much of IFND's shortfall its schedule alone explains. The schedules' arithmetic
+(:func:`acceptance_rate`, :func:`idle_schedule`) lives below the models, in
+``ifnd/clustering/acceptance.py``; here are the checks that name the part and key.
 """
 import math
 
 import torch
 
+from ifnd.clustering.acceptance import ACCEPTANCE_SCHEMES, acceptance_rate, idle_schedule
+
 from .settings import check_number, check_seed
 
-ACCEPTANCE_SCHEMES = ('constant', 'step', 'linear')
 # An acceptance=dict(...)'s keys and their types (also read by the config checks of tools/train.py).
 ACCEPTANCE_OPTIONS = {'scheme': str, 'final_rate': float, 'step_epoch': int, 'interval': int,
                       'seed': int}
-
-
-def acceptance_rate(epoch: int, max_epochs: int, scheme: str = 'linear', final_rate: float = 1.0,
-                    step_epoch: int = 0) -> float:
-    """Fraction of the samples to accept at ``epoch``.
-
-    ``'constant'``: ``final_rate``; ``'step'``: 0 before ``step_epoch``, then ``final_rate``;
-    ``'linear'``: ``final_rate * epoch / max_epochs`` clamped to ``[0, final_rate]``.
-    """
-    check_acceptance(scheme, final_rate, step_epoch)
-    if scheme == 'constant':
-        return float(final_rate)
-    if scheme == 'step':
-        return 0.0 if epoch < step_epoch else float(final_rate)
-    if max_epochs <= 0:
-        raise ValueError(f'max_epochs must be positive for the linear scheme, got {max_epochs}')
-    return float(min(max(final_rate * epoch / max_epochs, 0.0), final_rate))
 
 
 def check_acceptance(scheme: str, final_rate: float, step_epoch: int = 0,
@@ -44,21 +30,6 @@ def check_acceptance(scheme: str, final_rate: float, step_epoch: int = 0,
                  hint='the share of the samples accepted at the end')
     check_number(owner, 'step_epoch', step_epoch, int, low=0,
                  hint="the epoch the 'step' scheme starts accepting at")
-
-
-def idle_schedule(owner: str, max_epochs: int, scheme: str, final_rate: float, step_epoch: int,
-                  interval: int) -> str | None:
-    """Why a run of ``max_epochs`` ends before the schedule accepts a sample, or None.
-
-    Epoch e trains with the rate of the last update, after ``e - e % interval`` epochs (IFND's
-    last clustering round): a step or an interval past the run's end leaves every rate 0.
-    """
-    for epoch in range(max_epochs):
-        if acceptance_rate(epoch - epoch % interval, max_epochs, scheme, final_rate, step_epoch):
-            return None
-    return (f'{owner} (scheme={scheme!r}, final_rate={final_rate:g}, step_epoch={step_epoch}, '
-            f'interval={interval}) accepts no sample before the run ends (train_cfg.max_epochs='
-            f'{max_epochs})')
 
 
 class AcceptanceSchedule:

@@ -10,7 +10,8 @@ class PseudoLabelBank(PerSampleState):
     """Pseudo labels ``[levels, N]`` indexed by sample index, saved with the model.
 
     Unaccepted samples carry the unique label ``-(index + 1)``, which never equals a cluster id.
-    PCL also keeps each level's centroids and concentrations (padded to the largest k).
+    PCL also keeps each level's centroids and concentrations, padded to the largest k by the
+    clustering round.
     """
 
     def __init__(self) -> None:
@@ -51,21 +52,26 @@ class PseudoLabelBank(PerSampleState):
         self.concentration = torch.empty(0, 0, device=self.labels.device)
         self._refresh_host_state()
 
-    def update(self, labels: torch.Tensor, centroids: Sequence[torch.Tensor] | None = None,
-               concentration: Sequence[torch.Tensor] | None = None) -> None:
-        """Replace the labels ``[levels, N]`` (and, for PCL, centroids and concentrations)."""
+    def update(self, labels: torch.Tensor, centroids: torch.Tensor | None = None,
+               concentration: torch.Tensor | None = None,
+               num_clusters: Sequence[int] | None = None) -> None:
+        """Replace the labels ``[levels, N]`` (and, for PCL, the centroids and concentrations).
+
+        ``centroids`` ``[levels, k_max, D]`` and ``concentration`` ``[levels, k_max]`` come padded
+        to the largest k, as the clustering round hands them out (``ifnd.clustering.pad_levels``);
+        ``num_clusters``: each level's k.
+        """
         device = self.labels.device
         self.labels = labels.to(device=device, dtype=torch.long).clone()
         if centroids is not None:
-            ks = [c.shape[0] for c in centroids]
-            padded = torch.zeros(len(ks), max(ks), centroids[0].shape[1], device=device)
-            conc = torch.ones(len(ks), max(ks), device=device)
-            for level, c in enumerate(centroids):
-                padded[level, :ks[level]] = c.to(device)
-                if concentration is not None:
-                    conc[level, :ks[level]] = concentration[level].to(device)
-            self.centroids, self.concentration = padded, conc
-            self.num_clusters = torch.tensor(ks, dtype=torch.long, device=device)
+            if num_clusters is None:
+                raise ValueError('PseudoLabelBank.update needs num_clusters with the centroids')
+            # Copies, in the default dtype as reset() makes them: the caller keeps its tensors.
+            dtype = torch.get_default_dtype()
+            self.centroids = centroids.to(device=device, dtype=dtype, copy=True)
+            self.concentration = torch.ones(centroids.shape[:2], device=device) \
+                if concentration is None else concentration.to(device, dtype, copy=True)
+            self.num_clusters = torch.tensor(list(num_clusters), dtype=torch.long, device=device)
         self._refresh_host_state()
 
     def lookup(self, index: torch.Tensor) -> torch.Tensor:
