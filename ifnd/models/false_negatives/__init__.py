@@ -4,7 +4,8 @@
 - ``detector.py``: the batch a detector sees and the base of all detectors.
 - ``pseudo_labels.py`` (IFND), ``support_views.py`` (FNC), ``glofnd.py`` (GloFND),
   ``ground_truth.py`` (the oracles): one detector each.
-- ``acceptance.py``: acceptance schedules, IFND's rate and a random-order schedule for any detector.
+- ``acceptance.py``: the acceptance options' checks and a random-order schedule for any detector (the
+  rate of each scheme is ``ifnd/clustering/acceptance.py``'s).
 - ``treatment.py``: elimination and attraction of flagged negatives; debiased and hard weighting
   of the rest.
 - ``settings.py``: the checks of the parts' numeric settings (and the loss temperature), one line
