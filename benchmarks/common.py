@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ifnd.engine.cli import resolve_device
+from ifnd.engine.arguments import resolve_device
 from ifnd.fileio import write_json
 
 __all__ = ['HelpFormatter', 'describe_device', 'report_results', 'resolve_device', 'synchronize',

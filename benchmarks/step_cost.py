@@ -68,6 +68,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=HelpFormatter)
     parser.add_argument('--pairs', nargs='+', choices=sorted(PAIRS), default=['simclr', 'moco'],
                         help='which comparisons to run')
+    _add_model_arguments(parser)
+    _add_timing_arguments(parser)
+    args = parser.parse_args(argv)
+    _complete_and_check(parser, args)
+    return args
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, its batch and its pseudo-labels."""
     parser.add_argument('--model', default='resnet18', help='timm backbone name')
     parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=True,
                         help='3x3 stride-1 stem without max-pool (ResNets, small images)')
@@ -88,6 +97,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help='clusters per pseudo-label level (one level each)')
     parser.add_argument('--accepted', type=float, default=0.5,
                         help='share of samples carrying a cluster id; the rest get unique labels')
+
+
+def _add_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the steps are timed, and on what."""
     parser.add_argument('--warmup', type=int, default=None,
                         help='untimed steps per variant first (default: 10 with --compile, '
                         '3 on a GPU, else 1)')
@@ -113,7 +126,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="torch CPU threads (default: torch's own; use 1 on a busy machine)")
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--out', default=None, help='also write the results as JSON here')
-    args = parser.parse_args(argv)
+
+
+def _complete_and_check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fill the recipe defaults of the model, then refuse values out of range."""
     for name, value in RECIPES.get(args.model, DEFAULT_RECIPE).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -126,7 +142,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error('--accepted must be in [0, 1]')
     if args.batch_size > args.num_samples:
         parser.error('--batch-size cannot exceed --num-samples')
-    return args
 
 
 def realistic_labels(num_clusters: Sequence[int], num_samples: int, accepted: float,
@@ -218,66 +233,13 @@ def make_batches(args: argparse.Namespace, device: torch.device, count: int = 4)
 
 def run_benchmark(args: argparse.Namespace) -> dict:
     """Time every variant, interleaved; returns per-variant step times and the ratios."""
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    init_default_scope('ifnd')
-    device = resolve_device(args.device)
-    if args.amp and device.type != 'cuda':
-        raise SystemExit('--amp needs a CUDA device; leave it out on a CPU')
-    if device.type == 'cuda':
-        torch.backends.cudnn.benchmark = True
-    if args.warmup is None:
-        args.warmup = 10 if args.compile else 3 if device.type == 'cuda' else 1
+    device = _setup(args)
     g = torch.Generator().manual_seed(args.seed)
     labels = realistic_labels(args.num_clusters, args.num_samples, args.accepted, g)
-    names = [name for pair in args.pairs for name in PAIRS[pair]]
-    models, wrappers = {}, {}
-    for name in names + ([ENCODER] if args.encoder else []):
-        if name == ENCODER:
-            from ifnd.registry import MODELS
-            models[name] = EncoderAlone(MODELS.build(backbone_config(args))).to(device).train()
-        else:
-            models[name] = build_variant(name, args, labels, device)
-        optimizer = torch.optim.SGD(models[name].parameters(), lr=1e-3, momentum=0.9,
-                                    weight_decay=1e-4, fused=args.fused or None)
-        if args.amp:
-            from mmengine.optim import AmpOptimWrapper
-
-            from ifnd.engine import amp_options
-            wrappers[name] = AmpOptimWrapper(optimizer=optimizer, **amp_options())
-        else:
-            wrappers[name] = OptimWrapper(optimizer=optimizer)
-    names = list(models)
-    batches = make_batches(args, device)
-    counter = 0
-
-    def step(name: str) -> Callable[[], float]:
-        nonlocal counter
-        batch = batches[counter % len(batches)]
-        counter += 1
-        return time_call(lambda: models[name].train_step(batch, wrappers[name]), device)
-
-    warmup_s = {}
-    for name in names:
-        tic = time.perf_counter()
-        for _ in range(args.warmup):
-            step(name)()  # reading each step's time waits for it
-        # Compilation included with --compile: a variant whose encoders reuse the code compiled
-        # for the one before (same module classes and shapes) warms up in a few steps' time.
-        warmup_s[name] = time.perf_counter() - tic
-    times: dict[str, list[float]] = {name: [] for name in names}
-    per_round: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(args.repeats):
-        # A whole round is queued before its times are read (on a GPU, one wait per round).
-        queued = {name: [step(name) for _ in range(args.steps)] for name in names}
-        for name in names:
-            seconds = [read() for read in queued[name]]
-            times[name].extend(seconds)
-            per_round[name].append(statistics.median(seconds))
-
+    models, wrappers = _build_models(args, labels, device)
+    times, per_round, warmup_s = _time_variants(args, models, wrappers, device)
     variants = {}
-    for name in names:
+    for name in models:
         ms = [1000.0 * t for t in times[name]]
         variants[name] = {
             'median_ms': statistics.median(ms),
@@ -310,6 +272,78 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         'encoder': encoder,
         'ratios': ratios,
     }
+
+
+def _setup(args: argparse.Namespace) -> torch.device:
+    """Threads, seed, scope and device; the warm-up default for that device."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    init_default_scope('ifnd')
+    device = resolve_device(args.device)
+    if args.amp and device.type != 'cuda':
+        raise SystemExit('--amp needs a CUDA device; leave it out on a CPU')
+    if device.type == 'cuda':
+        torch.backends.cudnn.benchmark = True
+    if args.warmup is None:
+        args.warmup = 10 if args.compile else 3 if device.type == 'cuda' else 1
+    return device
+
+
+def _build_models(args: argparse.Namespace, labels: torch.Tensor, device: torch.device
+                  ) -> tuple[dict[str, torch.nn.Module], dict[str, OptimWrapper]]:
+    """Each variant (and the encoder alone) with its optimiser wrapper, by name."""
+    names = [name for pair in args.pairs for name in PAIRS[pair]]
+    models, wrappers = {}, {}
+    for name in names + ([ENCODER] if args.encoder else []):
+        if name == ENCODER:
+            from ifnd.registry import MODELS
+            models[name] = EncoderAlone(MODELS.build(backbone_config(args))).to(device).train()
+        else:
+            models[name] = build_variant(name, args, labels, device)
+        optimizer = torch.optim.SGD(models[name].parameters(), lr=1e-3, momentum=0.9,
+                                    weight_decay=1e-4, fused=args.fused or None)
+        if args.amp:
+            from mmengine.optim import AmpOptimWrapper
+
+            from ifnd.engine import amp_options
+            wrappers[name] = AmpOptimWrapper(optimizer=optimizer, **amp_options())
+        else:
+            wrappers[name] = OptimWrapper(optimizer=optimizer)
+    return models, wrappers
+
+
+def _time_variants(args: argparse.Namespace, models: dict, wrappers: dict, device: torch.device
+                   ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
+    """Seconds of every timed step, each round's median, and the warm-up time, by variant."""
+    names = list(models)
+    batches = make_batches(args, device)
+    counter = 0
+
+    def step(name: str) -> Callable[[], float]:
+        nonlocal counter
+        batch = batches[counter % len(batches)]
+        counter += 1
+        return time_call(lambda: models[name].train_step(batch, wrappers[name]), device)
+
+    warmup_s = {}
+    for name in names:
+        tic = time.perf_counter()
+        for _ in range(args.warmup):
+            step(name)()  # reading each step's time waits for it
+        # Compilation included with --compile: a variant whose encoders reuse the code compiled
+        # for the one before (same module classes and shapes) warms up in a few steps' time.
+        warmup_s[name] = time.perf_counter() - tic
+    times: dict[str, list[float]] = {name: [] for name in names}
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.repeats):
+        # A whole round is queued before its times are read (on a GPU, one wait per round).
+        queued = {name: [step(name) for _ in range(args.steps)] for name in names}
+        for name in names:
+            seconds = [read() for read in queued[name]]
+            times[name].extend(seconds)
+            per_round[name].append(statistics.median(seconds))
+    return times, per_round, warmup_s
 
 
 def speed_options(settings: dict) -> str:

@@ -230,8 +230,7 @@ def _gradient_png16(path, rgb: bool = False) -> None:
 @pytest.mark.parametrize('rgb', [False, True], ids=['gray16', 'rgb48'])
 def test_16_bit_png_reads_at_full_range_on_both_paths(tmp_path, rgb):
     from ifnd.datasets import ImageFolder
-    from ifnd.datasets.datasets import read_encoded
-    from ifnd.datasets.device_augment import decode_images
+    from ifnd.datasets.decode import decode_images, read_encoded
     (tmp_path / 'cls').mkdir()
     path = tmp_path / 'cls' / 'ramp.png'
     _gradient_png16(path, rgb)

@@ -8,7 +8,7 @@ from PIL import Image
 
 from ifnd.datasets import CorruptImageError, ImageFolder
 from ifnd.datasets import decode as decode_module
-from ifnd.datasets.datasets import read_encoded, to_rgb
+from ifnd.datasets.decode import read_encoded, to_rgb
 from ifnd.datasets.decode import DECODERS, available_decoders, decode_images, image_decoder
 from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
 

@@ -11,7 +11,7 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from ifnd.datasets import ContrastiveView, CorruptImageError, Digits, ImageFolder, MoCoV2View, SimCLRView
-from ifnd.datasets.datasets import batch_collate
+from ifnd.datasets.base import batch_collate
 from ifnd.datasets.decode import available_decoders, decode_images
 from ifnd.datasets.device_augment import (DeviceView, DeviceViews, adjust_brightness, adjust_contrast,
                                          adjust_hue, adjust_saturation, gaussian_blur, grey, resized_crops,

@@ -274,7 +274,7 @@ def _jpegs(tmp_path, sizes) -> list[str]:
 def test_nvjpeg_on_a_side_stream_is_ordered_before_the_callers_work(tmp_path):
     """Decoded on the device from a non-default caller stream: the caller's next kernels see the
     pixels (no host wait between), which match the CPU decoder's."""
-    from ifnd.datasets.device_augment import decode_images
+    from ifnd.datasets.decode import decode_images
     paths = _jpegs(tmp_path, [(64, 48), (33, 71), (120, 90)])
     encoded = [torch.from_numpy(np.fromfile(p, np.uint8)) for p in paths]
     cpu = decode_images(encoded, paths, 'cpu')
@@ -293,7 +293,7 @@ def test_nvjpeg_on_a_side_stream_is_ordered_before_the_callers_work(tmp_path):
 def test_preprocessor_makes_device_views_of_jpegs_on_cuda(tmp_path):
     """The CUDA branch of the data preprocessor: JPEG files in, normalised views on the GPU out."""
     from ifnd.datasets import ImageFolder
-    from ifnd.datasets.datasets import batch_collate
+    from ifnd.datasets.base import batch_collate
     from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
     for c in range(2):
         (tmp_path / f'c{c}').mkdir()

@@ -14,7 +14,8 @@ import torch
 from helpers import CONFIG_DIR, digits_config_file, train_error, train_tool
 from mmengine.config import Config
 
-from ifnd.engine.cli import check_top_level_keys, load_config
+from ifnd.engine.config_checks import check_top_level_keys
+from ifnd.engine.config_files import load_config
 from ifnd.engine.work_dir import LOCK_NAME, check_new_run, resume_checkpoint
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))

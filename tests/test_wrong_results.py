@@ -12,7 +12,7 @@ from mmengine.registry import init_default_scope
 from PIL import Image
 
 from ifnd.datasets import ImageFolder
-from ifnd.engine.cli import check_arguments
+from ifnd.engine.arguments import check_arguments
 from ifnd.evaluation.class_match import class_id_map, match_eval_classes
 from ifnd.models.classifier import ImageClassifier
 from ifnd.registry import MODELS, RUNNERS

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 
-from ifnd.engine.cli import check_arguments, input_errors_as_messages
+from ifnd.engine.arguments import check_arguments
+from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.transfer import export_detectron2_weights
 
 

@@ -18,7 +18,8 @@ import os.path as osp
 
 import torch
 
-from ifnd.engine.cli import add_encoder_arguments, check_arguments, input_errors_as_messages
+from ifnd.engine.arguments import add_encoder_arguments, check_arguments
+from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.fileio import AtomicLocalBackend, config_to_data
 from ifnd.models.encoder import load_encoder
 

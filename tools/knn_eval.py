@@ -12,8 +12,9 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 
 from ifnd.engine import build_eval_dataset, extract_features
-from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                             input_errors_as_messages, resolve_device)
+from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
+                                   resolve_device)
+from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.evaluation import knn_accuracy
 from ifnd.evaluation.class_match import match_eval_classes
 from ifnd.fileio import write_json

@@ -19,7 +19,7 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
 from ifnd.datasets import balanced_subset_indices
-from ifnd.engine.cli import check_arguments
+from ifnd.engine.arguments import check_arguments
 from ifnd.fileio import AtomicLocalBackend
 from ifnd.registry import DATASETS
 

@@ -15,11 +15,12 @@ import torch
 import yaml
 from mmengine.config import Config
 
-from ifnd.engine.cli import check_arguments, input_errors_as_messages
+from ifnd.engine.arguments import check_arguments
+from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.fileio import AtomicLocalBackend, check_weights, checkpoint_config, config_to_data
 from ifnd.models.encoder import load_checkpoint_file
-from ifnd.zoo import (HUB_REPO, INDEX_PATH, PLAIN_NAME_WORDS, check_index, plain_name,
-                      read_index_file, source_problem)
+from ifnd.zoo.index import (HUB_REPO, INDEX_PATH, PLAIN_NAME_WORDS, check_index, plain_name,
+                            read_index_file, source_problem)
 
 # What loading needs; the optimiser, schedulers and message hub are training state.
 KEPT_META = ('cfg', 'epoch', 'iter', 'seed', 'mmengine_version', 'experiment_name')

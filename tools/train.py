@@ -8,8 +8,9 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 from ifnd.engine import SafeLoadRunner
-from ifnd.engine.cli import (CfgOptionsAction, init_distributed_without_cuda, input_errors_as_messages,
-                             runner_config)
+from ifnd.engine.cli import init_distributed_without_cuda, runner_config
+from ifnd.engine.config_checks import CfgOptionsAction
+from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.engine.work_dir import (check_new_run, hold_work_dir, holds_run, remove_run, requeue_count,
                                   run_files)
 from ifnd.registry import RUNNERS

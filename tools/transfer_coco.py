@@ -26,7 +26,9 @@ from mmengine.config import Config
 from mmengine.dist import get_rank
 from mmengine.runner import find_latest_checkpoint
 
-from ifnd.engine.cli import CfgOptionsAction, check_arguments, runner_config
+from ifnd.engine.arguments import check_arguments
+from ifnd.engine.cli import runner_config
+from ifnd.engine.config_checks import CfgOptionsAction
 from ifnd.evaluation.coco import RESULTS_FILE, format_results_table
 from ifnd.registry import RUNNERS
 

@@ -6,8 +6,9 @@ import time
 
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
-from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                             input_errors_as_messages, resolve_device)
+from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
+                                   resolve_device)
+from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
 from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder

@@ -1,5 +1,5 @@
 """The model zoo from the command line: list | info NAME | download NAME [--dir] | readme."""
-from ifnd.zoo import main
+from ifnd.zoo.cli import main
 
 if __name__ == '__main__':
     main()

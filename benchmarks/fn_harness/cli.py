@@ -58,36 +58,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"Merged from {source['path']}: {len(source['runs'])} run(s) of methods and seeds "
               'not trained here', flush=True)
     plans = make_plans(args)
-    env = f'OMP_NUM_THREADS={args.threads} ' if args.threads is not None else ''
-    for plan in plans:
-        print(f"$ {env}{shlex.join(plan['cmd'])}", flush=True)
-        if plan['linear_cmd']:
-            print(f"$ {env}{shlex.join(plan['linear_cmd'])}", flush=True)
+    _print_commands(plans, args)
     if args.dry_run:
         return {}
     tic = time.time()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_plan, plan, args) for plan in plans]
-    # Every run is tried: a failed one does not cancel those queued behind it, and finished runs
-    # are read back, not retrained, when the same command runs again.
-    failures = [str(future.exception()) for future in futures if future.exception() is not None]
-    if failures:
-        raise SystemExit('\n'.join(failures) + f'\n{len(failures)} of {len(plans)} run(s) failed; '
-                         f'the others are kept in {args.work_dir}: fix the cause and run the same '
-                         'command again, which trains only the runs not finished')
-    records = [future.result() for future in futures]
+    records = _run_plans(plans, args)
     runs = [collect(plan, record, args) for plan, record in zip(plans, records) if record]
-    unfinished = [plan for plan, record in zip(plans, records) if not record]
-    if unfinished and args.time_limit_clock.seconds and not args.skip_train:
-        print(f'{len(unfinished)} of {len(plans)} run(s) not finished in the time limit '
-              f'({args.time_limit:g} s): '
-              + ', '.join(f"{TITLES[p['method']]} seed {p['seed']}" for p in unfinished)
-              + '; the same command again trains them (they start over)', flush=True)
-    if not runs and not any(source['runs'] for source in previous):
-        if args.time_limit_clock.seconds and not args.skip_train:
-            raise SystemExit(f'no run finished in the time limit ({args.time_limit:g} s); nothing '
-                             'to report: raise --time-limit or lower the budget (e.g. --epochs)')
-        raise SystemExit(f'no finished run in {args.work_dir} (drop --skip-train)')
+    _check_finished(plans, records, runs, previous, args)
     merged = merge({
         'benchmark': 'false_negatives',
         'device': device,
@@ -103,3 +80,42 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.plot:
         plot(result, args.plot)
     return result
+
+
+def _print_commands(plans: list[dict], args: argparse.Namespace) -> None:
+    """Each run's training (and linear evaluation) command, as a shell would take it."""
+    env = f'OMP_NUM_THREADS={args.threads} ' if args.threads is not None else ''
+    for plan in plans:
+        print(f"$ {env}{shlex.join(plan['cmd'])}", flush=True)
+        if plan['linear_cmd']:
+            print(f"$ {env}{shlex.join(plan['linear_cmd'])}", flush=True)
+
+
+def _run_plans(plans: list[dict], args: argparse.Namespace) -> list:
+    """Each plan's record (empty when not finished in the time limit), ``--jobs`` at a time."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run_plan, plan, args) for plan in plans]
+    # Every run is tried: a failed one does not cancel those queued behind it, and finished runs
+    # are read back, not retrained, when the same command runs again.
+    failures = [str(future.exception()) for future in futures if future.exception() is not None]
+    if failures:
+        raise SystemExit('\n'.join(failures) + f'\n{len(failures)} of {len(plans)} run(s) failed; '
+                         f'the others are kept in {args.work_dir}: fix the cause and run the same '
+                         'command again, which trains only the runs not finished')
+    return [future.result() for future in futures]
+
+
+def _check_finished(plans: list[dict], records: list, runs: list[dict], previous: list[dict],
+                    args: argparse.Namespace) -> None:
+    """Name the runs the time limit cut short; refuse a report with no finished run at all."""
+    unfinished = [plan for plan, record in zip(plans, records) if not record]
+    if unfinished and args.time_limit_clock.seconds and not args.skip_train:
+        print(f'{len(unfinished)} of {len(plans)} run(s) not finished in the time limit '
+              f'({args.time_limit:g} s): '
+              + ', '.join(f"{TITLES[p['method']]} seed {p['seed']}" for p in unfinished)
+              + '; the same command again trains them (they start over)', flush=True)
+    if not runs and not any(source['runs'] for source in previous):
+        if args.time_limit_clock.seconds and not args.skip_train:
+            raise SystemExit(f'no run finished in the time limit ({args.time_limit:g} s); nothing '
+                             'to report: raise --time-limit or lower the budget (e.g. --epochs)')
+        raise SystemExit(f'no finished run in {args.work_dir} (drop --skip-train)')

@@ -8,7 +8,7 @@ import os.path as osp
 
 def as_train_reads(options: list[str]) -> dict:
     """``--cfg-options`` items read back as tools/train.py reads them (values typed alike)."""
-    from ifnd.engine.cli import CfgOptionsAction
+    from ifnd.engine.config_checks import CfgOptionsAction
     parser = argparse.ArgumentParser()
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     return parser.parse_args(['--cfg-options', *options]).cfg_options if options else {}
@@ -20,7 +20,7 @@ def model_error(cfg) -> Exception | None:
     from mmengine.registry import init_default_scope
 
     import ifnd  # noqa: F401  (registers the models)
-    from ifnd.engine.cli import INPUT_ERRORS
+    from ifnd.engine.input_errors import INPUT_ERRORS
     from ifnd.registry import MODELS
     init_default_scope('ifnd')
     model = copy.deepcopy(cfg.model)
@@ -38,7 +38,7 @@ def unknown_keyword(cfg, key: str, method: str) -> str:
     """Why ``key`` is refused by a class that passes ``**kwargs`` on (the key check lets it through)."""
     import difflib
 
-    from ifnd.engine.cli import _parameter_types, _registered_class
+    from ifnd.engine.config_checks import _parameter_types, _registered_class
     *parents, name = key.split('.')
     node = cfg.to_dict()
     for part in parents:
@@ -57,7 +57,7 @@ def _fail(method: str, own: dict, key: str, reason: str):
 
 def _check_keys_and_types(method: str, budget, own: dict, read: dict):
     """Each key names something the config takes, with a value of the declared type; the merge."""
-    from ifnd.engine.cli import check_cfg_options, check_cfg_types
+    from ifnd.engine.config_checks import check_cfg_options, check_cfg_types
     for key in own:
         try:
             check_cfg_options(budget, {key: read[key]})
@@ -95,7 +95,7 @@ def _blame(method: str, budget, own: dict, read: dict, error: Exception) -> None
 def _check_budget(method: str, cfg, budget_options: dict):
     """The benchmark's own options (budget, seeds, workers) on ``method``'s config, merged; its
     model must build with them."""
-    from ifnd.engine.cli import check_cfg_options
+    from ifnd.engine.config_checks import check_cfg_options
     try:
         check_cfg_options(cfg, budget_options)
     except SystemExit as err:

@@ -1,7 +1,14 @@
-"""Datasets yielding ``{'inputs': list[Tensor], 'index': int, 'label': int}`` and their view transforms."""
-from .datasets import (CIFAR10, CIFAR100, FASHION_MNIST_CLASSES, IMG_EXTENSIONS, ContrastiveDataset,
-                       CorruptImageError, Digits, FashionMNIST, ImageFolder, ImageNet, balanced_subset_indices,
-                       read_idx)
+"""Datasets yielding ``{'inputs': list[Tensor], 'index': int, 'label': int}`` and their view transforms.
+
+``base.py``: the items, subsets and pipeline every data set shares; ``folder.py``: image files
+(ImageFolder, ImageNet); ``in_memory.py``: CIFAR, Fashion-MNIST, digits; ``voc.py``, ``coco.py``;
+``transforms.py``: the CPU views; ``device_augment.py``: the views made on the device;
+``decode.py``: image files decoded (Pillow, TorchCodec, torchvision); ``samplers.py``.
+"""
+from .base import ContrastiveDataset, balanced_subset_indices
+from .decode import CorruptImageError
+from .folder import IMG_EXTENSIONS, ImageFolder, ImageNet
+from .in_memory import CIFAR10, CIFAR100, FASHION_MNIST_CLASSES, Digits, FashionMNIST, read_idx
 from .transforms import (ContrastiveView, EvalView, MoCoV2View, MultiView, SimCLRView, build_pipeline,
                          to_float_tensor)
 

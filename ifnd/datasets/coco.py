@@ -19,7 +19,7 @@ from torchvision.transforms import v2
 from ifnd.fileio import write_json
 from ifnd.registry import DATA_SAMPLERS, DATASETS
 
-from .datasets import load_rgb_image
+from .decode import load_rgb_image
 
 COCO_LAYOUT = ('annotations/instances_{train,val}2017.json with the images in train2017/ and '
                'val2017/')

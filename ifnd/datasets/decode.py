@@ -1,4 +1,5 @@
-"""Encoded image files decoded for the device views: TorchCodec where it decodes, else torchvision's decoders.
+"""Image files decoded: on the CPU by Pillow as RGB (``to_rgb``), and for the device views by TorchCodec
+where it decodes, else torchvision's decoders.
 
 torchvision deprecated its image decoders (0.29) for TorchCodec's (0.16+), which need no FFmpeg. Either
 package decodes JPEGs (on the training device: nvJPEG on CUDA), PNG, GIF and WebP; Pillow decodes every
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os.path as osp
 import warnings
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -255,15 +257,14 @@ def _decode_one(dec: ImageDecoder, data: torch.Tensor, path: str, device: torch.
         else:
             if image.dim() == 4:  # an animated GIF or WebP: its first frame, as Pillow reads it
                 image = image[0]
-            if image.dtype == torch.uint16:  # 16-bit PNGs: the top byte, as the CPU path (datasets.to_rgb)
+            if image.dtype == torch.uint16:  # 16-bit PNGs: the top byte, as the CPU path (to_rgb)
                 image = image.to(torch.int32).bitwise_right_shift_(8).to(torch.uint8)
             return image.to(device)
     return _decode_with_pil(header, path).to(device)
 
 
 def _decode_with_pil(header: Image.Image, path: str) -> torch.Tensor:
-    """A file Pillow has opened, decoded as the CPU path decodes it (``datasets.to_rgb``), as ``[3, H, W]``."""
-    from .datasets import to_rgb  # datasets imports this module (through device_augment)
+    """A file Pillow has opened, decoded as the CPU path decodes it (``to_rgb``), as ``[3, H, W]``."""
     try:
         with header:
             header.load()
@@ -272,3 +273,43 @@ def _decode_with_pil(header: Image.Image, path: str) -> torch.Tensor:
         raise CorruptImageError(f"Cannot read image '{path}' ({e}); remove or replace the file, or leave it "
                                 'out of the data set') from e
     return torch.from_numpy(np.array(rgb, dtype=np.uint8)).permute(2, 0, 1).contiguous()
+
+
+# Pillow's modes for 16-bit (and 32-bit integer) single-channel images, e.g. 16-bit grayscale PNGs.
+_WIDE_INTEGER_MODES = ('I;16', 'I;16L', 'I;16B', 'I;16N', 'I')
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """An image as 8-bit RGB; 16-bit grayscale keeps its full range, scaled to 8 bits (its top byte).
+
+    Pillow's ``convert('RGB')`` clips 16-bit values at 255; the top byte is what Pillow keeps of
+    16-bit RGB files and what the device path takes of every 16-bit image (``decode_images``).
+    """
+    if img.mode == 'RGB':
+        return img
+    if img.mode in _WIDE_INTEGER_MODES:
+        values = np.clip(np.asarray(img, dtype=np.int64), 0, 65535) >> 8
+        img = Image.fromarray(values.astype(np.uint8), mode='L')
+    return img.convert('RGB')
+
+
+def load_rgb_image(path: str, listed_in: str = 'the list file') -> Image.Image:
+    """An image file decoded as RGB, with errors that name the file and the fix."""
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now, so a truncated file fails here with its name, not inside a transform
+            return to_rgb(img)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of "
+                                f'{listed_in}') from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise CorruptImageError(f"Cannot read image '{path}' ({e}); remove or replace the file, or leave it "
+                                f'out of {listed_in}') from e
+
+
+def read_encoded(path: str) -> torch.Tensor:
+    """The bytes of an image file as a 1-D uint8 tensor, with an error naming a missing file."""
+    if not osp.isfile(path):
+        raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of the data set")
+    with open(path, 'rb') as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)

@@ -18,7 +18,6 @@ from torch import nn
 from torch.nn import functional as F
 from torchvision.ops import roi_align
 
-from .decode import CorruptImageError, decode_images  # noqa: F401  (imported from here by datasets and callers)
 from .transforms import ContrastiveView, MultiView, PipelineCfg, build_pipeline
 
 # Bytes of float32 pixels a padded batch of decoded images may take before it is cut in chunks.

@@ -7,7 +7,8 @@ import numpy as np
 from PIL import Image
 
 from ifnd.registry import DATASETS
-from .datasets import ContrastiveDataset, load_rgb_image
+from .base import ContrastiveDataset
+from .decode import load_rgb_image
 from .transforms import PipelineCfg
 
 VOC_CLASSES = ('aeroplane', 'bicycle', 'bird', 'boat', 'bottle', 'bus', 'car', 'cat', 'chair', 'cow',

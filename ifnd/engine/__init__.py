@@ -1,4 +1,10 @@
-"""Engine pieces: the training Runner, work-dir runs, feature extraction and optimiser wrappers."""
+"""Engine pieces: the training Runner, work-dir runs, feature extraction and optimiser wrappers.
+
+What the command-line tools share: ``cli.py`` (Runner configs from a file and the tools' choices,
+the process group without CUDA), ``config_files.py`` (reading configs), ``config_checks.py``
+(``--cfg-options``, value types, top-level keys), ``arguments.py`` (shared flags and their
+checks) and ``input_errors.py`` (bad input as one line).
+"""
 from .features import build_eval_dataset, extract_features, unwrap_model
 from .optim import AutoAmpOptimWrapper, amp_options
 from .runner import SafeLoadRunner

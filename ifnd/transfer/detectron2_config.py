@@ -104,6 +104,29 @@ def _iou_thresholds(bg: float, fg: float, single: bool) -> tuple[list[float], li
 
 def _model_options(model: dict, depth: int | None) -> dict[str, object]:
     settings = _model_settings(model)
+    depth, kw = _checked_model(settings, depth)
+    rpn = _iou_thresholds(kw['rpn_bg_iou_thresh'], kw['rpn_fg_iou_thresh'], single=False)
+    roi = _iou_thresholds(kw['box_bg_iou_thresh'], kw['box_fg_iou_thresh'], single=True)
+    sizes = [int(s) for s in settings['anchor_sizes']]
+    pooler = int(settings['pooler_resolution'])
+    options = _shared_model_options(settings, depth, kw, rpn, roi, pooler)
+    if settings['arch'] == 'C4':
+        options.update(_c4_options(settings, sizes, pooler))
+    else:
+        options.update(_fpn_options(settings, sizes, pooler))
+    options.update({
+        'INPUT.FORMAT': 'RGB',
+        'INPUT.MIN_SIZE_TRAIN': tuple(int(s) for s in settings['min_size_train']),
+        'INPUT.MIN_SIZE_TRAIN_SAMPLING': 'choice',
+        'INPUT.MAX_SIZE_TRAIN': int(settings['max_size']),
+        'INPUT.MIN_SIZE_TEST': int(settings['min_size_test']),
+        'INPUT.MAX_SIZE_TEST': int(settings['max_size']),
+    })
+    return options
+
+
+def _checked_model(settings: dict, depth: int | None) -> tuple[int, dict]:
+    """The backbone depth and the detector keywords, once detectron2 can express the model."""
     arch, norm = settings['arch'], settings['norm']
     if arch not in ('C4', 'FPN'):
         raise _unsupported(f"model.arch must be 'C4' or 'FPN', got {arch!r}")
@@ -124,13 +147,15 @@ def _model_options(model: dict, depth: int | None) -> dict[str, object]:
     if max(pixel_mean) > 1 or max(pixel_std) > 1:
         raise _unsupported('model.pixel_mean/pixel_std are in 0-1 units (torchvision\'s); got '
                            f'{pixel_mean} / {pixel_std}')
-    rpn_ious, rpn_labels = _iou_thresholds(kw['rpn_bg_iou_thresh'], kw['rpn_fg_iou_thresh'],
-                                           single=False)
-    roi_ious, roi_labels = _iou_thresholds(kw['box_bg_iou_thresh'], kw['box_fg_iou_thresh'],
-                                           single=True)
-    sizes = [int(s) for s in settings['anchor_sizes']]
-    pooler = int(settings['pooler_resolution'])
-    options = {
+    return depth, kw
+
+
+def _shared_model_options(settings: dict, depth: int, kw: dict, rpn: tuple[list, list],
+                          roi: tuple[list, list], pooler: int) -> dict[str, object]:
+    """The options of both architectures: normalisation, ResNet, RPN and box head sampling."""
+    pixel_mean, pixel_std = list(settings['pixel_mean']), list(settings['pixel_std'])
+    (rpn_ious, rpn_labels), (roi_ious, roi_labels) = rpn, roi
+    return {
         'MODEL.META_ARCHITECTURE': 'GeneralizedRCNN',
         'MODEL.MASK_ON': True,
         # torchvision's normalisation is on 0-1 RGB; detectron2 normalises 0-255 pixels.
@@ -141,7 +166,7 @@ def _model_options(model: dict, depth: int | None) -> dict[str, object]:
         'MODEL.RESNETS.RES2_OUT_CHANNELS': 256 if depth >= 50 else 64,
         # timm/torchvision ResNets stride in the 3x3 convolution, not in the first 1x1.
         'MODEL.RESNETS.STRIDE_IN_1X1': False,
-        'MODEL.RESNETS.NORM': norm,
+        'MODEL.RESNETS.NORM': settings['norm'],
         'MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS': [[float(r) for r in settings['aspect_ratios']]],
         'MODEL.RPN.PRE_NMS_TOPK_TRAIN': int(kw['rpn_pre_nms_top_n_train']),
         'MODEL.RPN.PRE_NMS_TOPK_TEST': int(kw['rpn_pre_nms_top_n_test']),
@@ -165,59 +190,55 @@ def _model_options(model: dict, depth: int | None) -> dict[str, object]:
         'MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION': pooler,
         'TEST.DETECTIONS_PER_IMAGE': int(kw['box_detections_per_img']),
     }
-    if arch == 'C4':
-        # RPN and RoIAlign on res4; res5 is the RoI head, shared by box and mask branches.
-        options.update({
-            'MODEL.BACKBONE.NAME': 'build_resnet_backbone',
-            'MODEL.RESNETS.OUT_FEATURES': ['res4'],
-            'MODEL.ANCHOR_GENERATOR.SIZES': [sizes],
-            'MODEL.RPN.IN_FEATURES': ['res4'],
-            'MODEL.ROI_HEADS.NAME': (EXTRA_NORM_HEAD if settings['res5_extra_norm']
-                                     else 'Res5ROIHeads'),
-            'MODEL.ROI_HEADS.IN_FEATURES': ['res4'],
-            'MODEL.ROI_MASK_HEAD.NAME': 'MaskRCNNConvUpsampleHead',
-            'MODEL.ROI_MASK_HEAD.NUM_CONV': 0,
-            'MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION': pooler,
-        })
-    else:
-        if settings['res5_extra_norm']:
-            raise _unsupported('model.res5_extra_norm belongs to the C4 RoI head; set it False '
-                               'for FPN')
-        if len(sizes) != 5:
-            raise _unsupported(f'FPN has five levels (P2-P6), one anchor size each; got {sizes}')
-        # torchvision's FPN heads: two 1024-d FCs on 7x7 boxes, four 256-d convs on masks pooled at
-        # twice the box resolution; no norm in FPN or heads.
-        options.update({
-            'MODEL.BACKBONE.NAME': 'build_resnet_fpn_backbone',
-            'MODEL.RESNETS.OUT_FEATURES': ['res2', 'res3', 'res4', 'res5'],
-            'MODEL.FPN.IN_FEATURES': ['res2', 'res3', 'res4', 'res5'],
-            'MODEL.FPN.OUT_CHANNELS': int(settings['fpn_channels']),
-            'MODEL.FPN.NORM': '',
-            'MODEL.ANCHOR_GENERATOR.SIZES': [[s] for s in sizes],
-            'MODEL.RPN.IN_FEATURES': ['p2', 'p3', 'p4', 'p5', 'p6'],
-            'MODEL.ROI_HEADS.NAME': 'StandardROIHeads',
-            'MODEL.ROI_HEADS.IN_FEATURES': ['p2', 'p3', 'p4', 'p5'],
-            'MODEL.ROI_BOX_HEAD.NAME': 'FastRCNNConvFCHead',
-            'MODEL.ROI_BOX_HEAD.NUM_CONV': 0,
-            'MODEL.ROI_BOX_HEAD.NUM_FC': 2,
-            'MODEL.ROI_BOX_HEAD.FC_DIM': 1024,
-            'MODEL.ROI_BOX_HEAD.NORM': '',
-            'MODEL.ROI_MASK_HEAD.NAME': 'MaskRCNNConvUpsampleHead',
-            'MODEL.ROI_MASK_HEAD.NUM_CONV': 4,
-            'MODEL.ROI_MASK_HEAD.CONV_DIM': 256,
-            'MODEL.ROI_MASK_HEAD.NORM': '',
-            'MODEL.ROI_MASK_HEAD.POOLER_TYPE': 'ROIAlignV2',
-            'MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION': 2 * pooler,
-        })
-    options.update({
-        'INPUT.FORMAT': 'RGB',
-        'INPUT.MIN_SIZE_TRAIN': tuple(int(s) for s in settings['min_size_train']),
-        'INPUT.MIN_SIZE_TRAIN_SAMPLING': 'choice',
-        'INPUT.MAX_SIZE_TRAIN': int(settings['max_size']),
-        'INPUT.MIN_SIZE_TEST': int(settings['min_size_test']),
-        'INPUT.MAX_SIZE_TEST': int(settings['max_size']),
-    })
-    return options
+
+
+def _c4_options(settings: dict, sizes: list[int], pooler: int) -> dict[str, object]:
+    """C4: RPN and RoIAlign on res4; res5 is the RoI head, shared by box and mask branches."""
+    return {
+        'MODEL.BACKBONE.NAME': 'build_resnet_backbone',
+        'MODEL.RESNETS.OUT_FEATURES': ['res4'],
+        'MODEL.ANCHOR_GENERATOR.SIZES': [sizes],
+        'MODEL.RPN.IN_FEATURES': ['res4'],
+        'MODEL.ROI_HEADS.NAME': (EXTRA_NORM_HEAD if settings['res5_extra_norm']
+                                 else 'Res5ROIHeads'),
+        'MODEL.ROI_HEADS.IN_FEATURES': ['res4'],
+        'MODEL.ROI_MASK_HEAD.NAME': 'MaskRCNNConvUpsampleHead',
+        'MODEL.ROI_MASK_HEAD.NUM_CONV': 0,
+        'MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION': pooler,
+    }
+
+
+def _fpn_options(settings: dict, sizes: list[int], pooler: int) -> dict[str, object]:
+    """FPN: torchvision's heads on five pyramid levels."""
+    if settings['res5_extra_norm']:
+        raise _unsupported('model.res5_extra_norm belongs to the C4 RoI head; set it False '
+                           'for FPN')
+    if len(sizes) != 5:
+        raise _unsupported(f'FPN has five levels (P2-P6), one anchor size each; got {sizes}')
+    # torchvision's FPN heads: two 1024-d FCs on 7x7 boxes, four 256-d convs on masks pooled at
+    # twice the box resolution; no norm in FPN or heads.
+    return {
+        'MODEL.BACKBONE.NAME': 'build_resnet_fpn_backbone',
+        'MODEL.RESNETS.OUT_FEATURES': ['res2', 'res3', 'res4', 'res5'],
+        'MODEL.FPN.IN_FEATURES': ['res2', 'res3', 'res4', 'res5'],
+        'MODEL.FPN.OUT_CHANNELS': int(settings['fpn_channels']),
+        'MODEL.FPN.NORM': '',
+        'MODEL.ANCHOR_GENERATOR.SIZES': [[s] for s in sizes],
+        'MODEL.RPN.IN_FEATURES': ['p2', 'p3', 'p4', 'p5', 'p6'],
+        'MODEL.ROI_HEADS.NAME': 'StandardROIHeads',
+        'MODEL.ROI_HEADS.IN_FEATURES': ['p2', 'p3', 'p4', 'p5'],
+        'MODEL.ROI_BOX_HEAD.NAME': 'FastRCNNConvFCHead',
+        'MODEL.ROI_BOX_HEAD.NUM_CONV': 0,
+        'MODEL.ROI_BOX_HEAD.NUM_FC': 2,
+        'MODEL.ROI_BOX_HEAD.FC_DIM': 1024,
+        'MODEL.ROI_BOX_HEAD.NORM': '',
+        'MODEL.ROI_MASK_HEAD.NAME': 'MaskRCNNConvUpsampleHead',
+        'MODEL.ROI_MASK_HEAD.NUM_CONV': 4,
+        'MODEL.ROI_MASK_HEAD.CONV_DIM': 256,
+        'MODEL.ROI_MASK_HEAD.NORM': '',
+        'MODEL.ROI_MASK_HEAD.POOLER_TYPE': 'ROIAlignV2',
+        'MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION': 2 * pooler,
+    }
 
 
 def _schedule_options(cfg: dict) -> dict[str, object]:

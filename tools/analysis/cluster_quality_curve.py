@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use('Agg')  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ifnd.engine.cli import check_arguments  # noqa: E402
+from ifnd.engine.arguments import check_arguments  # noqa: E402
 from ifnd.evaluation.analysis import RoundQuality, nmi_curve  # noqa: E402
 
 METRICS = ('nmi', 'ami', 'ari')

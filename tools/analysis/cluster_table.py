@@ -13,8 +13,9 @@ import os.path as osp
 import sys
 import time
 
-from ifnd.engine.cli import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                             resolve_device)
+from ifnd.clustering import KMEANS_BACKENDS
+from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
+                                   resolve_device)
 from ifnd.engine.features import extract_features
 from ifnd.evaluation.analysis import (analysis_dataset, cluster_quality_table, default_num_workers,
                                       format_percent, load_feature_model)
@@ -39,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--seed', type=int, default=0, help='first k-means seed (default: 0)')
     parser.add_argument('--num-classes', type=int,
                         help="k (default: the data set's number of classes)")
-    parser.add_argument('--kmeans-backend', choices=('auto', 'faiss', 'torch'), default='auto',
+    parser.add_argument('--kmeans-backend', choices=KMEANS_BACKENDS, default='auto',
                         help='k-means implementation (default: faiss when installed)')
     parser.add_argument('--config', required=True,
                         help='the config that gives the data set and its eval transform (e.g. the '

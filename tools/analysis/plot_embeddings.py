@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 
-from ifnd.engine.cli import add_extraction_arguments, check_arguments, resolve_device  # noqa: E402
+from ifnd.engine.arguments import add_extraction_arguments, check_arguments, resolve_device  # noqa: E402
 from ifnd.engine.features import extract_features  # noqa: E402
 from ifnd.evaluation.analysis import (  # noqa: E402
     analysis_dataset, default_num_workers, find_hook, load_feature_model, match_clusters_to_classes,
@@ -144,33 +144,7 @@ def plot(coords: np.ndarray, truth: np.ndarray, class_names: list[str], panels: 
     for ax in axes[:count]:
         ax.set_xticks([])
         ax.set_yticks([])
-    handles = [Line2D([], [], ls='', marker='o', ms=7, color=colours[c], label=name)
-               for c, name in enumerate(class_names)]
-    if panels:
-        handles += [Line2D([], [], ls='', marker='o', ms=7, color=UNACCEPTED, label='not accepted'),
-                    Line2D([], [], ls='', marker='x', ms=8, mew=2, color='black', label='centroid')]
-    for ax in axes[count:]:
-        ax.axis('off')
-    note = ('Pseudo-label panels: each cluster takes the colour of the class it is matched to by '
-            'overlap (one-to-one when k <= classes, else its majority class); a colour that '
-            'differs from the ground truth marks a cluster that mixes or splits classes.'
-            ) if panels else ''
-    fig.suptitle(title, fontsize=12)
-    legend = dict(handles=handles, frameon=False, fontsize=10, title='class / cluster colour',
-                  ncol=1 if len(handles) <= 14 else 2)
-    if spare:  # legend and note in the first empty cell
-        cell = axes[count]
-        cell.legend(loc='center', bbox_to_anchor=(0.5, 0.6), **legend)
-        if note:
-            cell.text(0.5, 0.0, textwrap.fill(note, 52), transform=cell.transAxes, ha='center',
-                      va='bottom', fontsize=9, color='0.3')
-        right = 1.0
-    else:  # a column of its own on the right
-        right = 1.0 - LEGEND_WIDTH / fig.get_figwidth()
-        fig.legend(loc='center left', bbox_to_anchor=(right, 0.6), **legend)
-        if note:
-            fig.text(right + 0.01, 0.03, textwrap.fill(note, 30), ha='left', va='bottom',
-                     fontsize=8, color='0.3')
+    right = _legend_and_note(fig, axes, count, spare, colours, class_names, bool(panels), title)
     fig.tight_layout(rect=(0, 0, right, 0.97))
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     fig.savefig(args.out, dpi=args.dpi)
@@ -189,17 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
     hook_feature = (find_hook(loaded.cfg, 'PseudoLabelHook') or {}).get('feature', 'z')
     dataset = analysis_dataset(loaded.cfg, args.data_root)
     num = len(dataset)
-    rounds = []
-    for path in args.rounds:
-        rnd = read_round(path)
-        if rnd['labels'].shape[1] != num:
-            raise SystemExit(f'{path} labels {rnd["labels"].shape[1]} samples but the data set '
-                             f'of the checkpoint has {num}: the round belongs to another run or '
-                             'data set (check --data-root / --config)')
-        if args.level >= len(rnd['num_clusters']):
-            raise SystemExit(f'{path} has {len(rnd["num_clusters"])} levels; --level '
-                             f'{args.level} does not exist')
-        rounds.append(rnd)
+    rounds = _read_rounds(args, num)
     indices = sample_indices(num, args.num_points, args.seed)
     model = loaded.model.to(resolve_device(args.device))
     feats, truth = extract_features(model, Subset(dataset, indices.tolist()), loaded.feature,
@@ -214,22 +178,8 @@ def main(argv: list[str] | None = None) -> dict:
                              'its samples are in another order or from another data set')
 
     ckpt_epoch = loaded.meta.get('epoch')
-    extras, panels, start = [], [], len(feats)
-    for rnd in rounds:
-        cents, source = round_centroids(rnd, args.level, feats, indices, loaded.feature,
-                                        hook_feature, ckpt_epoch)
-        k = rnd['num_clusters'][args.level]
-        labels = rnd['labels'][args.level][indices]
-        num_classes = int(max(truth.max(), rnd['true_labels'].max())) + 1
-        # Colours from the whole round's labels, not only the sample's: stable across --num-points.
-        slots = match_clusters_to_classes(rnd['labels'][args.level], rnd['true_labels'], k,
-                                          num_classes, one_to_one=k <= num_classes)
-        print(f'round after epoch {rnd["epoch"]}: k={k}, rate {rnd["rate"]:.2f}, '
-              f'{len(cents)} centroids ({source})', flush=True)
-        panels.append(dict(labels=labels, slots=slots, k=k, rate=rnd['rate'], epoch=rnd['epoch'],
-                           extra=np.arange(start, start + len(cents))))
-        extras.append(cents)
-        start += len(cents)
+    extras, panels, start = _round_panels(rounds, args, feats, indices, truth, loaded, hook_feature,
+                                          ckpt_epoch)
     extra = np.concatenate(extras) if extras else None
     print(f't-SNE of {len(feats)} points{f" and {start - len(feats)} centroids" if extras else ""} '
           f'({feats.shape[1]}-d {loaded.feature} features)', flush=True)
@@ -246,6 +196,80 @@ def main(argv: list[str] | None = None) -> dict:
     plot(coords, truth, class_names, panels, args, title)
     print(f'figure written to {args.out} ({time.perf_counter() - tic:.0f} s)')
     return dict(coords=coords, indices=indices, truth=truth)
+
+
+
+def _legend_and_note(fig, axes: np.ndarray, count: int, spare: bool, colours: np.ndarray,
+                     class_names: list[str], with_panels: bool, title: str) -> float:
+    """The title, the class legend and the note on colours, the last two in a spare cell or a
+    column of their own; the figure's right edge left to the panels."""
+    handles = [Line2D([], [], ls='', marker='o', ms=7, color=colours[c], label=name)
+               for c, name in enumerate(class_names)]
+    if with_panels:
+        handles += [Line2D([], [], ls='', marker='o', ms=7, color=UNACCEPTED, label='not accepted'),
+                    Line2D([], [], ls='', marker='x', ms=8, mew=2, color='black', label='centroid')]
+    for ax in axes[count:]:
+        ax.axis('off')
+    note = ('Pseudo-label panels: each cluster takes the colour of the class it is matched to by '
+            'overlap (one-to-one when k <= classes, else its majority class); a colour that '
+            'differs from the ground truth marks a cluster that mixes or splits classes.'
+            ) if with_panels else ''
+    fig.suptitle(title, fontsize=12)
+    legend = dict(handles=handles, frameon=False, fontsize=10, title='class / cluster colour',
+                  ncol=1 if len(handles) <= 14 else 2)
+    if spare:  # legend and note in the first empty cell
+        cell = axes[count]
+        cell.legend(loc='center', bbox_to_anchor=(0.5, 0.6), **legend)
+        if note:
+            cell.text(0.5, 0.0, textwrap.fill(note, 52), transform=cell.transAxes, ha='center',
+                      va='bottom', fontsize=9, color='0.3')
+        right = 1.0
+    else:  # a column of its own on the right
+        right = 1.0 - LEGEND_WIDTH / fig.get_figwidth()
+        fig.legend(loc='center left', bbox_to_anchor=(right, 0.6), **legend)
+        if note:
+            fig.text(right + 0.01, 0.03, textwrap.fill(note, 30), ha='left', va='bottom',
+                     fontsize=8, color='0.3')
+    return right
+
+
+def _read_rounds(args: argparse.Namespace, num: int) -> list[dict]:
+    """The ``--rounds`` files, refused when they label another data set or lack ``--level``."""
+    rounds = []
+    for path in args.rounds:
+        rnd = read_round(path)
+        if rnd['labels'].shape[1] != num:
+            raise SystemExit(f'{path} labels {rnd["labels"].shape[1]} samples but the data set '
+                             f'of the checkpoint has {num}: the round belongs to another run or '
+                             'data set (check --data-root / --config)')
+        if args.level >= len(rnd['num_clusters']):
+            raise SystemExit(f'{path} has {len(rnd["num_clusters"])} levels; --level '
+                             f'{args.level} does not exist')
+        rounds.append(rnd)
+    return rounds
+
+
+def _round_panels(rounds: list[dict], args: argparse.Namespace, feats: np.ndarray, indices: np.ndarray,
+                  truth: np.ndarray, loaded, hook_feature: str, ckpt_epoch: int | None
+                  ) -> tuple[list[np.ndarray], list[dict], int]:
+    """Each round's centroids and panel; the index after the last centroid in the embedded points."""
+    extras, panels, start = [], [], len(feats)
+    for rnd in rounds:
+        cents, source = round_centroids(rnd, args.level, feats, indices, loaded.feature,
+                                        hook_feature, ckpt_epoch)
+        k = rnd['num_clusters'][args.level]
+        labels = rnd['labels'][args.level][indices]
+        num_classes = int(max(truth.max(), rnd['true_labels'].max())) + 1
+        # Colours from the whole round's labels, not only the sample's: stable across --num-points.
+        slots = match_clusters_to_classes(rnd['labels'][args.level], rnd['true_labels'], k,
+                                          num_classes, one_to_one=k <= num_classes)
+        print(f'round after epoch {rnd["epoch"]}: k={k}, rate {rnd["rate"]:.2f}, '
+              f'{len(cents)} centroids ({source})', flush=True)
+        panels.append(dict(labels=labels, slots=slots, k=k, rate=rnd['rate'], epoch=rnd['epoch'],
+                           extra=np.arange(start, start + len(cents))))
+        extras.append(cents)
+        start += len(cents)
+    return extras, panels, start
 
 
 if __name__ == '__main__':
