@@ -133,6 +133,19 @@ def test_second_run_in_a_held_work_dir_is_refused_and_a_killed_run_frees_it(tmp_
     assert (run / 'epoch_1.pth').is_file()
 
 
+def test_a_file_system_without_locks_warns_and_trains(tmp_path, monkeypatch, capsys):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, 'No locks available')
+
+    monkeypatch.setattr(fcntl, 'flock', no_locks)
+    train_tool.main([digits_config_file(tmp_path)])
+    assert 'this file system has no locks' in capsys.readouterr().err
+    assert (tmp_path / 'run' / 'epoch_1.pth').is_file()
+
+
 def test_resume_auto_starts_or_continues_and_a_requeued_job_continues(tmp_path, capsys, monkeypatch):
     path = digits_config_file(tmp_path, max_epochs=1)
     run = tmp_path / 'run'

@@ -150,12 +150,14 @@ def hold_work_dir(work_dir: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
-            if err.errno not in (errno.EAGAIN, errno.EACCES):
-                raise OSError(f'cannot lock {path} ({err.strerror}): the file system of {work_dir} '
-                              'does not support locks; choose another --work-dir') from err
-            raise FileExistsError(
-                f'{work_dir} is in use by another run ({_holder(path)}); wait for it to end or stop '
-                'it, or choose another --work-dir') from None
+            if err.errno in (errno.EAGAIN, errno.EACCES):
+                raise FileExistsError(
+                    f'{work_dir} is in use by another run ({_holder(path)}); wait for it to end or '
+                    'stop it, or choose another --work-dir') from None
+            # Some cluster file systems are mounted without locks: training there must still work.
+            print(f'warning: cannot lock {path} ({err.strerror}): this file system has no locks, so '
+                  f'a second run started in {work_dir} meanwhile would not be refused', file=sys.stderr,
+                  flush=True)
         info = dict(pid=os.getpid(), host=socket.gethostname(),
                     started=datetime.datetime.now().isoformat(timespec='seconds'),
                     command=' '.join([os.path.basename(sys.executable)] + sys.argv))
