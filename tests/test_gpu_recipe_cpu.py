@@ -270,7 +270,7 @@ def test_bf16_step_keeps_similarities_logsumexp_and_queue_in_float32(name, monke
     encoder, in_loss, enqueued = set(), defaultdict(set), set()
     _record_output_dtypes(bf16.backbone.model.layer4, encoder)
     # The similarities and the loss over them: both must read float32 only.
-    owner, logits_fn = (contrastive, '_candidate_logits') if name == 'IFND' else (moco, '_queue_logits')
+    owner, logits_fn = (contrastive, 'candidate_logits') if name == 'IFND' else (moco, 'queue_logits')
     _spy(monkeypatch, owner, logits_fn, in_loss)
     _spy(monkeypatch, owner, 'flagged_loss', in_loss)
     if name == 'IFNDMoCo':

@@ -195,7 +195,7 @@ def test_split_batchnorm_layer_equals_sequential_batchnorm(momentum):
 
 def _former_moco_loss(model, inputs, samples):
     """The former loss: the queue cloned and its labels gathered from the bank every step."""
-    from ifnd.models.losses import queue_contrastive_loss
+    from loss_references import queue_contrastive_loss
     q = model.embed(inputs[0])
     model._momentum_update()
     k = model._shuffled_keys(inputs[1])

@@ -7,7 +7,7 @@ from .presets import (FNC, IFND, PCL, DebiasedCL, DebiasedMoCo, HardNegativeCL, 
 from .backbones import TimmBackbone
 from .data_preprocessor import ContrastiveDataPreprocessor
 from .encoder import Encoder, load_backbone_weights, load_encoder
-from .losses import contrastive_loss, masked_info_nce, proto_nce_loss, queue_contrastive_loss
+from .losses import contrastive_loss, proto_nce_loss
 from .necks import MLPNeck
 from .classifier import ImageClassifier
 
@@ -15,8 +15,8 @@ __all__ = [
     'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'OracleElim', 'PCL', 'MoCoV2', 'IFNDMoCo', 'PseudoLabelBank',
     'DebiasedCL', 'HardNegativeCL', 'DebiasedMoCo', 'HardNegativeMoCo', 'FNC',
     'PseudoLabels', 'SupportViews', 'GloFND', 'GroundTruth',
-    'TimmBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss', 'masked_info_nce',
-    'queue_contrastive_loss', 'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
+    'TimmBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss',
+    'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
     'ImageClassifier',
 ]
 from .detection import MaskRCNN  # noqa: E402

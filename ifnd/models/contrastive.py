@@ -18,13 +18,12 @@ from ifnd.models.false_negatives import (NegativeBatch, PseudoLabelBank, PseudoL
                                          build_weighting, check_parts, flagged_loss)
 from ifnd.models.false_negatives.settings import check_logit_scale, check_temperature
 from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
-from ifnd.models.losses import (_candidate_logits, _check_candidates,
+from ifnd.models.losses import (candidate_logits, check_candidates, check_mode,
                                 false_negative_detection_counts)
 from ifnd.registry import MODELS
 
 # The parts' former spelling, which configs and checkpoints still use: a label source and a mode.
 LABEL_SOURCES = {'none': None, 'pseudo': 'PseudoLabels', 'ground_truth': 'GroundTruth'}
-LOSS_MODES = ('inst', 'elim', 'attr')
 
 
 def parts_from_modes(loss_mode: str | None, label_source: str | None, detector: dict | None,
@@ -38,8 +37,7 @@ def parts_from_modes(loss_mode: str | None, label_source: str | None, detector: 
     loss_mode, label_source = loss_mode or 'inst', label_source or 'none'
     if label_source not in LABEL_SOURCES:
         raise ValueError(f'label_source must be one of {tuple(LABEL_SOURCES)}, got {label_source!r}')
-    if loss_mode not in LOSS_MODES:
-        raise ValueError(f'unknown contrastive loss mode {loss_mode!r}; valid modes are {LOSS_MODES}')
+    check_mode(loss_mode)
     if label_source == 'none' and loss_mode != 'inst':
         raise ValueError(f"loss_mode={loss_mode!r} needs labels: set label_source='pseudo' "
                          "(IFND) or 'ground_truth' (SupCon)")
@@ -237,9 +235,9 @@ class SimCLR(ContrastiveAlgorithm):
             raise ValueError(f'{type(self).__name__} needs at least 2 images per batch (over all '
                              'processes) to have a negative; raise train_dataloader.batch_size')
         flags = None if self.detector is None else self.detector(batch)
-        _check_candidates(anchors, candidates, positive_index, self_index, self.temperature)
+        check_candidates(anchors, candidates, positive_index, self_index, self.temperature)
         with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
-            logits, excluded, positive_index = _candidate_logits(
+            logits, excluded, positive_index = candidate_logits(
                 anchors, candidates, positive_index, self_index, self.temperature)
             per_anchor = flagged_loss(logits, positive_index, excluded, flags, self.treatment,
                                       self.weighting, self.temperature)

@@ -1,28 +1,32 @@
-"""Contrastive losses with pseudo-label aware false-negative handling.
+"""Contrastive losses with pseudo-label aware false-negative handling: the equations the models run.
 
-One masked InfoNCE covers the three objectives of IFND (Chen et al., ICLR 2022):
+One masked InfoNCE (:func:`masked_nce`) covers the three objectives of IFND (Chen et al., ICLR
+2022):
 
 * ``'inst'`` -- instance discrimination, Eq. ``eq:contrastive``: the positive of anchor ``i`` is
   its other view ``i'``, every other candidate is a negative.
-* ``'elim'`` -- false-negative elimination, Eq. ``eq:elimination``: candidates that share the
-  anchor's pseudo label (other than ``i'``) leave the denominator.
-* ``'attr'`` -- false-negative attraction, Eq. ``eq:attraction`` (SupCon's form): candidates that
-  share the anchor's pseudo label join the positives; the denominator keeps every candidate.
+* ``'elim'`` -- false-negative elimination, Eq. ``eq:elimination``: flagged candidates (those that
+  share the anchor's pseudo label, other than ``i'``) leave the denominator.
+* ``'attr'`` -- false-negative attraction, Eq. ``eq:attraction`` (SupCon's form): flagged
+  candidates join the positives; the denominator keeps every candidate.
 
 Pseudo labels come as ``[L, M]`` (``L`` clustering granularities); the loss is the average over
 levels. Samples whose pseudo label was not accepted must carry labels that match no other sample
 (e.g. ``-(index + 1)``), which makes them pure instance-discrimination samples.
+:func:`contrastive_loss` is the batch form of one process (SimCLR's 2M views); the models build
+their logits with :func:`candidate_logits` (SimCLR, over the gathered views) or
+:func:`queue_logits` (MoCo) and join detectors and treatments in
+:mod:`ifnd.models.false_negatives.treatment`.
 
 ``proto_nce_loss`` is the prototype term of PCL's ProtoNCE, used by the PCL baselines.
 
 Other ways of handling false negatives, compared with IFND:
 
 * ``debiased_nce`` -- the debiased contrastive loss (Chuang et al., NeurIPS 2020), and with
-  β > 0 hard negative sampling (Robinson et al., ICLR 2021); on SimCLR's views
-  (``debiased_loss_from_candidates``) and on MoCo's queue (``queue_debiased_loss``).
+  β > 0 hard negative sampling (Robinson et al., ICLR 2021); on MoCo's queue
+  ``queue_debiased_loss``.
 * ``fnc_false_negatives`` -- FNC's detection (Huynh et al., WACV 2022) from support views, whose
-  boolean mask goes to ``contrastive_loss_from_mask`` (the masked InfoNCE above, 'elim' or
-  'attr', with a mask instead of labels).
+  boolean mask is treated like pseudo-label flags ('elim' or 'attr').
 """
 from __future__ import annotations
 
@@ -38,22 +42,21 @@ from ifnd.models.false_negatives.settings import check_number, check_optional, c
 
 __all__ = [
     'LOSS_MODES',
-    'masked_info_nce',
-    'label_masks',
-    'contrastive_loss_from_candidates',
+    'check_mode',
+    'masked_nce',
+    'check_candidates',
+    'candidate_logits',
+    'batch_views',
     'contrastive_loss',
-    'queue_contrastive_loss',
-    'contrastive_loss_from_mask',
+    'queue_logits',
     'check_debiasing',
     'debiased_nce',
-    'debiased_loss_from_candidates',
-    'debiased_contrastive_loss',
     'queue_debiased_loss',
     'FNC_STRATEGIES',
     'FNC_AGGREGATIONS',
     'check_fnc_options',
+    'check_fnc_selection',
     'fnc_false_negatives',
-    'fnc_loss',
     'false_negative_detection_counts',
     'proto_nce_loss',
 ]
@@ -61,53 +64,10 @@ __all__ = [
 LOSS_MODES = ('inst', 'elim', 'attr')
 
 
-def _check_mode(mode: str) -> None:
+def check_mode(mode: str) -> None:
+    """Refuse a contrastive loss mode other than ``'inst'``, ``'elim'`` and ``'attr'``."""
     if mode not in LOSS_MODES:
         raise ValueError(f'unknown contrastive loss mode {mode!r}; valid modes are {LOSS_MODES}')
-
-
-def masked_info_nce(logits: Tensor, positive_mask: Tensor, denominator_mask: Tensor) -> Tensor:
-    """Per-anchor InfoNCE averaged over each anchor's positives, with a masked denominator.
-
-    ``loss_i = -1/|P_i| * sum_{p in P_i} (logits[i, p] - logsumexp_{s in S_i} logits[i, s])`` with
-    ``P_i = positive_mask[i]`` and ``S_i = denominator_mask[i]``; ``logits`` are already divided by
-    the temperature. Callers guarantee ``P_i`` is a non-empty subset of ``S_i``; a row without any
-    positive yields 0 (and no gradient) instead of NaN.
-    """
-    if logits.ndim != 2:
-        raise ValueError(f'logits must be [A, C], got shape {tuple(logits.shape)}')
-    if positive_mask.shape != logits.shape or denominator_mask.shape != logits.shape:
-        raise ValueError(
-            f'masks must match logits {tuple(logits.shape)}, got positive_mask '
-            f'{tuple(positive_mask.shape)} and denominator_mask {tuple(denominator_mask.shape)}')
-    positive_mask = positive_mask.bool()
-    num_pos = positive_mask.sum(dim=1)
-    has_pos = num_pos > 0
-    # A row with no positive could also have an empty denominator, whose logsumexp is -inf and
-    # whose backward is NaN; giving such rows the full row keeps everything finite, and their
-    # loss is zeroed below.
-    denominator_mask = denominator_mask.bool() | ~has_pos.unsqueeze(1)
-    log_norm = torch.logsumexp(logits.masked_fill(~denominator_mask, float('-inf')), dim=1)
-    # torch.where (not multiplication) so that no masked entry can leak inf * 0 into the sum.
-    pos_sum = torch.where(positive_mask, logits, torch.zeros_like(logits)).sum(dim=1)
-    loss = log_norm - pos_sum / num_pos.clamp(min=1).to(logits.dtype)
-    return torch.where(has_pos, loss, torch.zeros_like(loss))
-
-
-def label_masks(anchor_labels: Tensor, candidate_labels: Tensor, positive: Tensor,
-                excluded: Tensor, mode: str) -> tuple[Tensor, Tensor]:
-    """Positive and denominator masks ``[A, C]`` of one label level for the given loss mode."""
-    _check_mode(mode)
-    positive = positive.bool() & ~excluded.bool()
-    allowed = ~excluded.bool()
-    if mode == 'inst':
-        return positive, allowed
-    same = anchor_labels.reshape(-1, 1) == candidate_labels.reshape(1, -1)
-    if mode == 'elim':
-        # Eq. eq:elimination: the own positive stays even though it shares the label.
-        return positive, allowed & ~(same & ~positive)
-    # 'attr', Eq. eq:attraction: P(i) = {i'} ∪ {n in N(i): y_n = y_i}; S(i) is unchanged.
-    return (positive | same) & allowed, allowed
 
 
 def _as_levels(labels: Optional[Tensor], length: int, name: str) -> Optional[Tensor]:
@@ -126,9 +86,17 @@ def _as_levels(labels: Optional[Tensor], length: int, name: str) -> Optional[Ten
     return labels
 
 
-def _check_candidates(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
-                      self_index: Tensor, temperature: float) -> None:
-    """Refuse anchor / candidate sets whose shapes or temperature do not fit together."""
+def check_candidates(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
+                     self_index: Tensor, temperature: float) -> None:
+    """Refuse anchor / candidate sets whose shapes or temperature do not fit together.
+
+    Args:
+        anchors: L2-normalised anchor embeddings ``[A, D]`` (a process's local views).
+        candidates: L2-normalised candidate embeddings ``[C, D]`` (the views of all processes).
+        positive_index: each anchor's positive candidate row ``[A]``.
+        self_index: each anchor's own candidate row ``[A]`` (negative: not among them).
+        temperature: the loss temperature τ.
+    """
     if anchors.ndim != 2 or candidates.ndim != 2:
         raise ValueError(f'anchors and candidates must be 2-D, got {tuple(anchors.shape)} and '
                          f'{tuple(candidates.shape)}')
@@ -142,112 +110,34 @@ def _check_candidates(anchors: Tensor, candidates: Tensor, positive_index: Tenso
     check_temperature('the loss', temperature)
 
 
-def _candidate_logits(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
-                      self_index: Tensor, temperature: float) -> tuple[Tensor, Tensor, Tensor]:
-    """Logits ``[A, C]`` / τ, the anchors' own columns ``[A, C]`` and positive indices on device."""
+def candidate_logits(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
+                     self_index: Tensor, temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Logits ``[A, C]`` / τ, the anchors' own columns ``[A, C]`` and positive indices on device.
+
+    The arguments are those of :func:`check_candidates`, which callers run first.
+    """
     logits = anchors @ candidates.t() / temperature
     columns = torch.arange(candidates.shape[0], device=logits.device)
     excluded = columns.unsqueeze(0) == self_index.to(logits.device).unsqueeze(1)
     return logits, excluded, positive_index.to(logits.device)
 
 
-def contrastive_loss_from_candidates(anchors: Tensor,
-                                     candidates: Tensor,
-                                     positive_index: Tensor,
-                                     self_index: Tensor,
-                                     anchor_labels: Optional[Tensor] = None,
-                                     candidate_labels: Optional[Tensor] = None,
-                                     temperature: float = 0.1,
-                                     mode: str = 'inst',
-                                     instance_if_unaccepted: bool = False) -> Tensor:
-    """Per-anchor contrastive loss ``[A]`` against a candidate set, averaged over label levels.
+def masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
+               flagged: Optional[Tensor], mode: str,
+               all_levels_if: Optional[Tensor] = None) -> Tensor:
+    """Per-anchor InfoNCE ``[A]`` with flagged false negatives treated by ``mode``, level mean.
 
-    ``anchors`` [A, D] and ``candidates`` [C, D] are L2-normalised embeddings.
-    ``positive_index[a]`` is the candidate row of anchor ``a``'s other view; ``self_index[a]`` is
-    the candidate row of the anchor itself (excluded everywhere), or negative when the anchor is
-    not among the candidates. ``anchor_labels`` [L, A] / ``candidate_labels`` [L, C] (or [A] /
-    [C]) are pseudo labels; ``None`` means instance labels, where every mode reduces to ``'inst'``.
-    A distributed caller passes its local views as anchors and the gathered views of all ranks as
-    candidates. ``instance_if_unaccepted``: when no candidate label is accepted (all negative),
-    return exactly the 'inst' loss, chosen on the device without a host sync. This relies on the
-    module's rule that an unaccepted label matches no other sample (only the anchor's own views):
-    then every level equals 'inst' bit for bit and level 0 is returned.
-    """
-    _check_mode(mode)
-    _check_candidates(anchors, candidates, positive_index, self_index, temperature)
-    num_anchors, num_candidates = anchors.shape[0], candidates.shape[0]
-    if (anchor_labels is None) != (candidate_labels is None):
-        raise ValueError('anchor_labels and candidate_labels must be given together')
-    anchor_labels = _as_levels(anchor_labels, num_anchors, 'anchor_labels')
-    candidate_labels = _as_levels(candidate_labels, num_candidates, 'candidate_labels')
-    if anchor_labels is not None and anchor_labels.shape[0] != candidate_labels.shape[0]:
-        raise ValueError(f'anchor_labels have {anchor_labels.shape[0]} levels but '
-                         f'candidate_labels have {candidate_labels.shape[0]}')
-
-    logits, excluded, positive_index = _candidate_logits(anchors, candidates, positive_index,
-                                                         self_index, temperature)
-    if anchor_labels is None or mode == 'inst':
-        # With instance labels no candidate shares the anchor's label: all modes equal 'inst'.
-        return _masked_nce(logits, positive_index, excluded, None, 'inst')
-    anchor_labels = anchor_labels.to(logits.device)
-    candidate_labels = candidate_labels.to(logits.device)
-    return _label_masked_nce(logits, positive_index, excluded, anchor_labels, candidate_labels,
-                             mode, instance_if_unaccepted)
-
-
-def contrastive_loss_from_mask(anchors: Tensor,
-                               candidates: Tensor,
-                               positive_index: Tensor,
-                               self_index: Tensor,
-                               false_negatives: Tensor,
-                               temperature: float = 0.1,
-                               mode: str = 'elim') -> Tensor:
-    """Per-anchor loss ``[A]`` of ``mode`` with the false negatives given as a boolean mask.
-
-    The label-free form of :func:`contrastive_loss_from_candidates`: ``false_negatives`` [A, C]
-    marks the candidates treated as false negatives of each anchor (e.g. FNC's detections);
-    ``'elim'`` drops them from the denominator, ``'attr'`` makes them positives. The anchor's
-    own view and its positive are never treated as false negatives.
-    """
-    _check_mode(mode)
-    _check_candidates(anchors, candidates, positive_index, self_index, temperature)
-    if false_negatives.shape != (anchors.shape[0], candidates.shape[0]):
-        raise ValueError(f'false_negatives must be [{anchors.shape[0]}, {candidates.shape[0]}] '
-                         f'(anchors x candidates), got {tuple(false_negatives.shape)}')
-    logits, excluded, positive_index = _candidate_logits(anchors, candidates, positive_index,
-                                                         self_index, temperature)
-    # A copy: the masked core edits its mask in place.
-    flagged = false_negatives.to(device=logits.device, dtype=torch.bool, copy=True).unsqueeze(0)
-    return _masked_nce(logits, positive_index, excluded, flagged, mode)
-
-
-def _label_masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
-                      anchor_labels: Tensor, candidate_labels: Tensor, mode: str,
-                      instance_if_unaccepted: bool = False) -> Tensor:
-    """Per-anchor loss ``[A]`` of ``mode`` averaged over label levels, all levels in one pass.
-
-    Equals ``masked_info_nce`` with the masks of ``label_masks`` (the general mask form) but
-    builds the ``[L, A, C]`` same-label mask with one broadcast compare and reduces every level
-    at once. With ``instance_if_unaccepted`` the loss is exactly 'inst' when no candidate label
-    is accepted: then every level equals the instance loss bit for bit, so level 0 alone is
-    selected on the device (the mean over levels could differ in the last bit), and no separate
-    instance loss is computed.
-    """
-    if mode == 'inst':
-        return _masked_nce(logits, positive_index, excluded, None, 'inst')
-    same = anchor_labels.unsqueeze(2) == candidate_labels.unsqueeze(1)  # [L, A, C]
-    any_accepted = (candidate_labels >= 0).any() if instance_if_unaccepted else None
-    return _masked_nce(logits, positive_index, excluded, same, mode, any_accepted)
-
-
-def _masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
-                flagged: Optional[Tensor], mode: str,
-                all_levels_if: Optional[Tensor] = None) -> Tensor:
-    """Per-anchor loss ``[A]`` with ``flagged`` [L, A, C] false negatives, averaged over levels.
-
-    The positive is the single column ``positive_index``, the excluded columns are filled with
-    -inf once. ``flagged`` is edited in place (callers pass a fresh mask). ``all_levels_if``: a
-    0-d bool tensor; where it is False, level 0 alone is returned (chosen on the device).
+    Args:
+        logits: similarities / τ ``[A, C]``.
+        positive_index: each anchor's positive column ``[A]``.
+        excluded: columns that are no candidate of the anchor (itself) ``[A, C]``, filled with
+            -inf once; None: none.
+        flagged: the false negatives per level ``[L, A, C]``, edited in place (callers pass a
+            fresh mask); None: none.
+        mode: ``'inst'``, ``'elim'`` (flagged leave the denominator) or ``'attr'`` (flagged join
+            the positives).
+        all_levels_if: a 0-d bool tensor; where it is False, level 0 alone is returned (chosen on
+            the device, no host sync).
     """
     base = logits if excluded is None else logits.masked_fill(excluded, float('-inf'))
     pos_column = positive_index.unsqueeze(1)
@@ -276,6 +166,17 @@ def _masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tenso
     return loss if subtract is None else loss - subtract
 
 
+def batch_views(z1: Tensor, z2: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The 2M views ``cat([z1, z2])`` of one process with their positive and own rows."""
+    if z1.ndim != 2 or z1.shape != z2.shape:
+        raise ValueError(f'z1 and z2 must both be [M, D] with equal shapes, got {tuple(z1.shape)} '
+                         f'and {tuple(z2.shape)}')
+    num = z1.shape[0]
+    index = torch.arange(num, device=z1.device)
+    return (torch.cat([z1, z2], dim=0), torch.cat([index + num, index]),
+            torch.arange(2 * num, device=z1.device))
+
+
 def contrastive_loss(z1: Tensor,
                      z2: Tensor,
                      labels: Optional[Tensor] = None,
@@ -287,70 +188,32 @@ def contrastive_loss(z1: Tensor,
     ``labels``: ``None`` (instance labels), [M] or [L, M] pseudo labels per image.
     Returns the mean over the 2M anchors, averaged over the label levels.
     """
-    views, positive_index, self_index = _batch_views(z1, z2)
+    views, positive_index, self_index = batch_views(z1, z2)
     view_labels = _as_levels(labels, z1.shape[0], 'labels')
-    if view_labels is not None:
-        view_labels = torch.cat([view_labels, view_labels], dim=1)
-    return contrastive_loss_from_candidates(views, views, positive_index, self_index, view_labels,
-                                            view_labels, temperature, mode).mean()
+    check_mode(mode)
+    check_candidates(views, views, positive_index, self_index, temperature)
+    logits, excluded, positive_index = candidate_logits(views, views, positive_index, self_index,
+                                                        temperature)
+    if view_labels is None or mode == 'inst':
+        # With instance labels no candidate shares the anchor's label: all modes equal 'inst'.
+        return masked_nce(logits, positive_index, excluded, None, 'inst').mean()
+    view_labels = torch.cat([view_labels, view_labels], dim=1).to(logits.device)
+    same = view_labels.unsqueeze(2) == view_labels.unsqueeze(1)  # [L, 2M, 2M]
+    return masked_nce(logits, positive_index, excluded, same, mode).mean()
 
 
-def _batch_views(z1: Tensor, z2: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The 2M views ``cat([z1, z2])`` of one process with their positive and own rows."""
-    if z1.ndim != 2 or z1.shape != z2.shape:
-        raise ValueError(f'z1 and z2 must both be [M, D] with equal shapes, got {tuple(z1.shape)} '
-                         f'and {tuple(z2.shape)}')
-    num = z1.shape[0]
-    index = torch.arange(num, device=z1.device)
-    return (torch.cat([z1, z2], dim=0), torch.cat([index + num, index]),
-            torch.arange(2 * num, device=z1.device))
+def queue_logits(q: Tensor, k: Tensor, queue: Tensor, temperature: float,
+                 overwritten: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """MoCo's logits / τ: each query with its own key ``[M]`` and with the queue ``[M, K]``.
 
-
-def queue_contrastive_loss(q: Tensor,
-                           k: Tensor,
-                           queue: Tensor,
-                           labels: Optional[Tensor] = None,
-                           queue_labels: Optional[Tensor] = None,
-                           temperature: float = 0.2,
-                           mode: str = 'inst',
-                           overwritten: Optional[Tensor] = None) -> Tensor:
-    """MoCo-style loss: each query against its own key and the queue, with pseudo-label modes.
-
-    ``q``, ``k`` [M, D] queries and keys (positive pairs row by row), ``queue`` [K, D] negatives.
-    ``labels`` [M] / [L, M] are the pseudo labels of the batch, ``queue_labels`` [K] / [L, K]
-    those of the queue entries (entries of unknown samples must carry labels that never match).
-    ``'elim'`` drops queue entries sharing the query's label from the denominator; ``'attr'`` makes
-    them positives. Returns the mean over the M queries, averaged over the label levels; with
-    ``'inst'`` it is MoCo's ``cross_entropy(cat([q·k, q·queueᵀ]) / τ, 0)``.
-    ``overwritten``: queue rows the caller overwrites in place (its enqueue) before the backward;
-    the queue is then used without a copy (see ``_QueueLogits``).
+    Args:
+        q: queries ``[M, D]``.
+        k: their keys ``[M, D]`` (positive pairs row by row).
+        queue: the negatives ``[K, D]``.
+        temperature: the loss temperature τ.
+        overwritten: queue rows the caller overwrites in place (its enqueue) before the
+            backward; the queue is then used without a copy (see ``_QueueLogits``).
     """
-    _check_mode(mode)
-    if (labels is None) != (queue_labels is None):
-        raise ValueError('labels and queue_labels must be given together')
-    num, size = q.shape[0], queue.shape[0]
-    labels = _as_levels(labels, num, 'labels')
-    queue_labels = _as_levels(queue_labels, size, 'queue_labels')
-    if labels is not None and labels.shape[0] != queue_labels.shape[0]:
-        raise ValueError(f'labels have {labels.shape[0]} levels but queue_labels have '
-                         f'{queue_labels.shape[0]}')
-
-    l_pos, l_neg = _queue_logits(q, k, queue, temperature, overwritten)
-    logits = torch.cat([l_pos.unsqueeze(1), l_neg], dim=1)
-    if labels is None:
-        return F.cross_entropy(logits, logits.new_zeros(num, dtype=torch.long))
-
-    # Column 0 (the own key) is always the positive; its label column is never read (the
-    # positive column is set explicitly per level), so any value serves.
-    labels, queue_labels = labels.to(q.device), queue_labels.to(q.device)
-    column_labels = torch.cat([queue_labels[:, :1], queue_labels], dim=1)
-    return _label_masked_nce(logits, logits.new_zeros(num, dtype=torch.long), None, labels,
-                             column_labels, mode).mean()
-
-
-def _queue_logits(q: Tensor, k: Tensor, queue: Tensor, temperature: float,
-                  overwritten: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    """MoCo's logits / τ: each query with its own key ``[M]`` and with the queue ``[M, K]``."""
     if q.ndim != 2 or q.shape != k.shape:
         raise ValueError(f'q and k must both be [M, D] with equal shapes, got {tuple(q.shape)} '
                          f'and {tuple(k.shape)}')
@@ -452,35 +315,6 @@ def debiased_nce(pos_logits: Tensor,
     return torch.logaddexp(pos_logits, log_ng) - pos_logits
 
 
-def debiased_loss_from_candidates(anchors: Tensor,
-                                  candidates: Tensor,
-                                  positive_index: Tensor,
-                                  self_index: Tensor,
-                                  temperature: float = 0.5,
-                                  tau_plus: float = 0.1,
-                                  beta: float = 0.0) -> Tensor:
-    """Per-anchor :func:`debiased_nce` ``[A]``: every candidate but the anchor and its positive is
-    a negative (N = C − 2 for SimCLR's 2M views, gathered over the ranks)."""
-    _check_candidates(anchors, candidates, positive_index, self_index, temperature)
-    logits, excluded, positive_index = _candidate_logits(anchors, candidates, positive_index,
-                                                         self_index, temperature)
-    pos_column = positive_index.unsqueeze(1)
-    negatives = (~excluded).scatter_(1, pos_column, False)
-    return debiased_nce(logits.gather(1, pos_column).squeeze(1), logits, temperature, tau_plus,
-                        beta, negatives)
-
-
-def debiased_contrastive_loss(z1: Tensor,
-                              z2: Tensor,
-                              temperature: float = 0.5,
-                              tau_plus: float = 0.1,
-                              beta: float = 0.0) -> Tensor:
-    """Debiased (β = 0) or hard-negative (β > 0) loss of SimCLR's 2M views, mean over anchors."""
-    views, positive_index, self_index = _batch_views(z1, z2)
-    return debiased_loss_from_candidates(views, views, positive_index, self_index, temperature,
-                                         tau_plus, beta).mean()
-
-
 def queue_debiased_loss(q: Tensor,
                         k: Tensor,
                         queue: Tensor,
@@ -491,9 +325,9 @@ def queue_debiased_loss(q: Tensor,
     """Debiased / hard-negative loss on MoCo's queue (N = K negatives), mean over the M queries.
 
     ``overwritten``: queue rows the caller's enqueue overwrites before the backward (see
-    :func:`queue_contrastive_loss`).
+    :func:`queue_logits`).
     """
-    pos, neg = _queue_logits(q, k, queue, temperature, overwritten)
+    pos, neg = queue_logits(q, k, queue, temperature, overwritten)
     return debiased_nce(pos, neg, temperature, tau_plus, beta).mean()
 
 
@@ -507,11 +341,12 @@ def check_fnc_options(strategy: str, top_k: Optional[int], threshold: Optional[f
     if strategy not in FNC_STRATEGIES:
         raise ValueError(f'FNC strategy must be one of {FNC_STRATEGIES} (elimination or '
                          f'attraction), got {strategy!r}')
-    _check_fnc_selection(top_k, threshold, aggregation)
+    check_fnc_selection(top_k, threshold, aggregation)
 
 
-def _check_fnc_selection(top_k: Optional[int], threshold: Optional[float],
-                         aggregation: str) -> None:
+def check_fnc_selection(top_k: Optional[int], threshold: Optional[float],
+                        aggregation: str) -> None:
+    """Refuse an FNC aggregation or a choice of ``top_k`` / ``threshold`` that cannot work."""
     if aggregation not in FNC_AGGREGATIONS:
         raise ValueError(f'FNC aggregation must be one of {FNC_AGGREGATIONS}, got {aggregation!r}')
     if (top_k is None) == (threshold is None):
@@ -537,7 +372,7 @@ def fnc_false_negatives(support: Tensor,
     the S × V pairs (``'mean'`` or ``'max'``), so both views of an image are flagged together;
     flagged are each row's ``top_k`` highest scores or the scores above ``threshold``.
     """
-    _check_fnc_selection(top_k, threshold, aggregation)
+    check_fnc_selection(top_k, threshold, aggregation)
     if support.ndim != 3 or candidate_views.ndim != 3 or support.shape[2] != candidate_views.shape[2]:
         raise ValueError(f'support must be [M, S, D] and candidate_views [V, N, D], got '
                          f'{tuple(support.shape)} and {tuple(candidate_views.shape)}')
@@ -555,28 +390,6 @@ def fnc_false_negatives(support: Tensor,
                          f'(every negative): use top_k below {size - 1} or a larger batch')
     top = scores.masked_fill(own, float('-inf')).topk(top_k, dim=1).indices
     return torch.zeros_like(own).scatter_(1, top, True)
-
-
-def fnc_loss(z1: Tensor,
-             z2: Tensor,
-             support: Tensor,
-             temperature: float = 0.5,
-             strategy: str = 'elim',
-             top_k: Optional[int] = None,
-             threshold: Optional[float] = None,
-             aggregation: str = 'mean') -> Tensor:
-    """FNC on SimCLR's 2M views of one process, mean over anchors; ``support`` is [M, S, D].
-
-    The flags of :func:`fnc_false_negatives` (image-wise, for both views of each anchor and
-    candidate image) go to :func:`contrastive_loss_from_mask` with ``strategy`` as its mode.
-    """
-    check_fnc_options(strategy, top_k, threshold, aggregation)
-    views, positive_index, self_index = _batch_views(z1, z2)
-    num = z1.shape[0]
-    flags = fnc_false_negatives(support, views.detach().view(2, num, -1),
-                                torch.arange(num, device=z1.device), top_k, threshold, aggregation)
-    return contrastive_loss_from_mask(views, views, positive_index, self_index, flags.repeat(2, 2),
-                                      temperature, strategy).mean()
 
 
 def false_negative_detection_counts(flagged: Optional[Tensor],

@@ -14,7 +14,7 @@ from ifnd.dist import gather_no_grad
 from ifnd.models.contrastive import ContrastiveAlgorithm
 from ifnd.models.false_negatives import NegativeBatch, flagged_loss
 from ifnd.models.false_negatives.settings import check_number
-from ifnd.models.losses import _queue_logits, queue_debiased_loss
+from ifnd.models.losses import queue_debiased_loss, queue_logits
 from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS
 
@@ -150,7 +150,7 @@ class MoCoV2(ContrastiveAlgorithm):
             return queue_debiased_loss(q, k, self.queue, self.temperature,
                                        self.weighting['tau_plus'], self.weighting['beta'],
                                        overwritten), {}
-        l_pos, l_neg = _queue_logits(q, k, self.queue, self.temperature, overwritten)
+        l_pos, l_neg = queue_logits(q, k, self.queue, self.temperature, overwritten)
         logits = torch.cat([l_pos.unsqueeze(1), l_neg], dim=1)
         positive = logits.new_zeros(q.shape[0], dtype=torch.long)
         if self.detector is None:

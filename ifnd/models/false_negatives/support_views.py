@@ -7,7 +7,7 @@ aggregated by ``'mean'`` or ``'max'``; the ``top_k`` best-scored images, or thos
 """
 import torch
 
-from ifnd.models.losses import _check_fnc_selection, fnc_false_negatives
+from ifnd.models.losses import check_fnc_selection, fnc_false_negatives
 from ifnd.registry import MODELS
 
 from .detector import FalseNegativeDetector, NegativeBatch
@@ -24,7 +24,7 @@ class SupportViews(FalseNegativeDetector):
                  threshold: float | None = None, aggregation: str = 'mean',
                  acceptance: dict | None = None) -> None:
         super().__init__(acceptance)
-        _check_fnc_selection(top_k, threshold, aggregation)
+        check_fnc_selection(top_k, threshold, aggregation)
         check_number('FNC', 'num_support_views', num_support_views, int, low=1,
                      hint='the support views S it finds false negatives with; give the training '
                      'pipeline MultiView(num_views=2 + S)')

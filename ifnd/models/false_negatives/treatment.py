@@ -19,7 +19,7 @@ Both weightings estimate the negatives' term for one positive, so they combine w
 import torch
 from torch import Tensor
 
-from ifnd.models.losses import _masked_nce, check_debiasing, debiased_nce
+from ifnd.models.losses import check_debiasing, debiased_nce, masked_nce
 
 TREATMENTS = ('elim', 'attr')
 WEIGHTINGS = {'debiased': dict(tau_plus=0.1), 'hard': dict(tau_plus=0.1, beta=1.0)}
@@ -79,11 +79,11 @@ def flagged_loss(logits: Tensor, positive_index: Tensor, excluded: Tensor | None
     """
     if flags is None or treatment is None:
         if weighting is None:
-            return _masked_nce(logits, positive_index, excluded, None, 'inst')
+            return masked_nce(logits, positive_index, excluded, None, 'inst')
         return _weighted(logits, positive_index, excluded, None, weighting, temperature)
     if weighting is None:
         # A copy: the masked core edits its mask in place.
-        return _masked_nce(logits, positive_index, excluded, flags.clone(), treatment, flags.any())
+        return masked_nce(logits, positive_index, excluded, flags.clone(), treatment, flags.any())
     return _weighted(logits, positive_index, excluded, flags, weighting, temperature)
 
 
