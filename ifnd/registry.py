@@ -3,6 +3,10 @@
 Configs set ``default_scope = 'ifnd'``; building through the root registries then looks here
 first and imports the modules in ``locations`` on demand, so tools need no explicit imports.
 """
+import inspect
+import typing
+from typing import Any
+
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import EVALUATOR as MMENGINE_EVALUATOR
@@ -47,3 +51,26 @@ LOG_PROCESSORS = Registry('log_processor', parent=MMENGINE_LOG_PROCESSORS, locat
 # LARS for large-batch SimCLR/IFND: timm's maintained implementation. Parameters with
 # weight_decay 0 (BN and biases through paramwise_cfg) skip the trust-ratio adaptation, as in SimCLR.
 OPTIMIZERS.register_module(name='LARS', module=Lars)
+
+
+def parameter_types(cls: Any) -> dict[str, Any]:
+    """The keywords a registered class (or function) takes, with their annotations, following
+    ``**kwargs`` that a class passes on to its base classes (the subclass's first)."""
+    found: dict[str, Any] = {}
+    targets = [c.__init__ for c in cls.__mro__ if '__init__' in vars(c) and c is not object] \
+        if isinstance(cls, type) else [cls]
+    for target in targets:
+        try:
+            params = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            break
+        try:
+            hints = typing.get_type_hints(target, include_extras=True)
+        except Exception:  # unresolvable forward references: keep the plain annotations
+            hints = {}
+        for name, param in params.items():
+            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                found.setdefault(name, hints.get(name, param.annotation))
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return found

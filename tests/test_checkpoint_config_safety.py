@@ -1,4 +1,5 @@
 """A checkpoint's config is data, never code: planted payloads run in no reader, tools still work."""
+import copy
 import hashlib
 import math
 import os
@@ -435,3 +436,60 @@ def test_the_size_cap_names_memory(monkeypatch):
     assert architecture.architecture_config(model, 'ckpt.pth') is None
     assert re.search(r'it would need 3\d\.\d GB for its weights and buffers, more than the 8\.6 GB',
                      lines[-1]), lines
+
+
+@pytest.fixture
+def margin_detector():
+    """A detector registered for one test, with arguments no project class has."""
+    from typing import Annotated
+
+    from ifnd.models.architecture import Bound
+    from ifnd.models.false_negatives import GloFND
+
+    class MarginGloFND(GloFND):
+        def __init__(self, margin: float = 0.5, rounds: Annotated[int, Bound(1, 4)] = 1,
+                     cache_dir: str | None = None, **kwargs) -> None:
+            super().__init__(**kwargs)
+            self.margin, self.rounds, self.cache_dir = margin, rounds, cache_dir
+
+    MODELS.register_module(module=MarginGloFND)
+    try:
+        yield MarginGloFND
+    finally:
+        MODELS._module_dict.pop('MarginGloFND', None)
+
+
+def test_a_new_detector_argument_survives_the_checkpoint(margin_detector, tmp_path, monkeypatch):
+    from ifnd.models import architecture
+    init_default_scope('ifnd')
+    detector = dict(type='MarginGloFND', margin=0.25, rounds=3, alpha=0.2, cache_dir='/x')
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5,
+                                                    detector=detector, treatment='elim'))
+    model = MODELS.build(cfg.model).eval()
+    assert model.detector.margin == 0.25
+    data = config_to_data(cfg)  # as the runner stores it
+    ckpt = tmp_path / 'margin.pth'
+    torch.save({'state_dict': model.state_dict(), 'meta': dict(epoch=1, cfg=data)}, ckpt)
+    user_config = tmp_path / 'train_config.py'
+    digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5)).dump(str(user_config))
+    lines = []
+    monkeypatch.setattr(architecture, 'print_log', lambda msg, **kwargs: lines.append(msg))
+
+    kept = architecture.checkpoint_architecture(torch.load(ckpt, weights_only=True), str(ckpt))
+    # The constructor's margin is kept with its kind; a folder is never taken from a checkpoint.
+    assert kept['detector'] == dict(type='MarginGloFND', margin=0.25, rounds=3, alpha=0.2)
+    assert 'model.detector.cache_dir' in lines[-1]
+    loaded = load_feature_model(str(ckpt), 'z', str(user_config))
+    assert type(loaded.model.detector).__name__ == 'MarginGloFND'
+    assert (loaded.model.detector.margin, loaded.model.detector.rounds) == (0.25, 3)
+    assert loaded.model.detector.alpha == 0.2
+    _same_features(loaded.model, model)
+
+    # A value outside the annotation's kind or bound makes the reader ignore the config.
+    for key, value, why in (('margin', 'wide', 'is not a finite number'),
+                            ('rounds', 9, 'is not a whole number from 1 to 4')):
+        bad = copy.deepcopy(data)
+        bad['model']['detector'][key] = value
+        refused = {'state_dict': model.state_dict(), 'meta': dict(epoch=1, cfg=bad)}
+        assert architecture.checkpoint_architecture(refused, 'refused.pth') is None
+        assert f'model.detector.{key}={value!r} {why}' in lines[-1]

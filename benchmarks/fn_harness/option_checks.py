@@ -38,13 +38,14 @@ def unknown_keyword(cfg, key: str, method: str) -> str:
     """Why ``key`` is refused by a class that passes ``**kwargs`` on (the key check lets it through)."""
     import difflib
 
-    from ifnd.engine.config_checks import _parameter_types, _registered_class
+    from ifnd.engine.config_checks import _registered_class
+    from ifnd.registry import parameter_types
     *parents, name = key.split('.')
     node = cfg.to_dict()
     for part in parents:
         node = node[int(part)] if isinstance(node, (list, tuple)) else node[part]
     cls = _registered_class(node['type']) if isinstance(node.get('type'), str) else node.get('type')
-    names = list(_parameter_types(cls)) if cls is not None else []
+    names = list(parameter_types(cls)) if cls is not None else []
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     hint = (f'did you mean {" or ".join(method + ":" + ".".join([*parents, c]) for c in close)}?'
             if close else f'it takes: {", ".join(names)}')

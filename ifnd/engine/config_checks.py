@@ -64,6 +64,8 @@ def _fits(value: typing.Any, annotation: typing.Any) -> bool:
         return True
     if origin in (typing.Union, types.UnionType):
         return any(_fits(value, a) for a in args)
+    if origin is typing.Annotated:  # e.g. a checkpoint's bound on a width
+        return _fits(value, args[0])
     if origin is typing.Literal:
         return value in args
     if annotation is type(None):
@@ -88,35 +90,14 @@ def _fits(value: typing.Any, annotation: typing.Any) -> bool:
     return True  # classes and other types: configs give them as dicts that are built later
 
 
-def _parameter_types(cls: typing.Any) -> dict[str, typing.Any]:
-    """The annotated keywords a registered class (or function) takes, following ``**kwargs`` that
-    a class passes on to its base classes."""
-    found: dict[str, typing.Any] = {}
-    targets = [c.__init__ for c in cls.__mro__ if '__init__' in vars(c) and c is not object] \
-        if isinstance(cls, type) else [cls]
-    for target in targets:
-        try:
-            params = inspect.signature(target).parameters
-        except (TypeError, ValueError):
-            break
-        try:
-            hints = typing.get_type_hints(target)
-        except Exception:  # unresolvable forward references: keep the plain annotations
-            hints = {}
-        for name, param in params.items():
-            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-                found.setdefault(name, hints.get(name, param.annotation))
-        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            break
-    return found
-
-
 def check_cfg_types(cfg: Config) -> None:
     """Refuse config values of the wrong type (``max_epochs='ten'``), naming the key and the type.
 
     Checked against the type hints of the class each ``type`` names, and of the dict-valued
     options a class declares in ``config_dict_options`` (e.g. PseudoLabelHook's ``kmeans``).
     """
+    from ifnd.registry import parameter_types  # imports timm: only when a config is checked
+
     def check(key: str, value: typing.Any, annotation: typing.Any) -> None:
         if not _fits(value, annotation):
             raise ValueError(f'config key {key!r} must be {_type_name(annotation)}, got {value!r} '
@@ -133,7 +114,7 @@ def check_cfg_types(cfg: Config) -> None:
             return
         cls = node.get('type')
         cls = _registered_class(cls) if isinstance(cls, str) else cls
-        types_of = _parameter_types(cls) if cls is not None else {}
+        types_of = parameter_types(cls) if cls is not None else {}
         nested = getattr(cls, 'config_dict_options', {}) if cls is not None else {}
         for name, value in node.items():
             key = f'{path}.{name}' if path else str(name)
@@ -155,6 +136,8 @@ RUNNER_CONFIG_KEYS = ('runner_type', 'custom_imports', 'model_wrapper_cfg', 'fin
 # The names this project's configs define at the top level for reuse by other keys and configs
 # ({{_base_.eval_pipeline}}) or read by its tools (tools/knn_eval.py: knn_hook, eval_pipeline). A
 # config's own variables start with '_' (e.g. _lr = 0.1); any other top-level key must be read.
+# No constructor takes these names (they are values that other keys reuse, not arguments), so
+# they are data here, not derived from signatures as the keys under a `type` are.
 SHARED_CONFIG_KEYS = ('data_root', 'data', 'mean', 'std', 'view', 'train_pipeline', 'eval_pipeline',
                       'val_dataset', 'knn_hook', 'pseudo_label_hook', 'fn_detection_hook',
                       'support_views', 'glofnd', 'vis_backends')

@@ -3,23 +3,30 @@
 A checkpoint is data a user hands us. Its config (``meta['cfg']`` of a training checkpoint,
 ``meta['model']`` of a backbone-only file) is read as data by
 :func:`ifnd.fileio.checkpoint_config`; of it, only the keys listed here, with values of
-the listed kinds, reach a builder. Everything else — compile options (the compiler's command line
+the listed kinds, reach a builder. The keys of a part with a ``type`` are the parameters of the
+registered class's constructor (and of its bases, through ``**kwargs``), each of the kind its
+annotation gives; the tables below declare only what an annotation cannot say: nested parts,
+narrower kinds (widths and lengths at least 1) and the few keys a constructor takes through
+``**kwargs``. Everything else — compile options (the compiler's command line
 is one), ``pretrained`` and any path, URL or download flag, ``init_cfg``, data sets, pipelines,
 hooks, work dirs — is dropped with one log line naming it, so a reader never compiles, downloads
 or writes because a checkpoint says so. The architecture is built on the ``meta`` device and
 compared with the checkpoint's weights before any reader builds it for real, so a config never
 allocates more memory than its weights already take.
 """
+import collections.abc
 import copy
 import logging
 import math
 import re
+import types
+import typing
 from typing import Any, Callable
 
 from mmengine.logging import print_log
 
 from ifnd.fileio import checkpoint_config, config_data
-from ifnd.registry import MODELS
+from ifnd.registry import MODELS, parameter_types
 
 # Largest width, length or count a checkpoint may ask for: far above any real architecture
 # (ResNet-50's widest layer is 2048, MoCo's queue 65536), far below an allocation that hurts.
@@ -112,12 +119,12 @@ PREPROCESSOR_KEYS = dict(type=_registered('ContrastiveDataPreprocessor'), mean=_
 # which a checkpoint's weights carry: kept so those weights load.
 ACCEPTANCE_KEYS = dict(scheme=_name, final_rate=_real, step_epoch=_count, interval=_size,
                        seed=_count)
-DETECTOR_KEYS = dict(type=_registered('FalseNegativeDetector'), alpha=_real, start_epoch=_count,
-                     lr=_real, betas=_reals, eps=_real, num_support_views=_size,
-                     top_k=_optional(_size), threshold=_optional(_real), aggregation=_name,
-                     acceptance=ACCEPTANCE_KEYS)
+# A detector's other keys (alpha, lr, betas, ...) are its class's constructor parameters.
+DETECTOR_KEYS = dict(type=_registered('FalseNegativeDetector'), num_support_views=_size,
+                     top_k=_optional(_size), acceptance=ACCEPTANCE_KEYS)
 WEIGHTING_KEYS = dict(type=_name, tau_plus=_real, beta=_real)
-# The algorithm (or Encoder, or linear classifier): its parts, the loss's settings, sizes.
+# The algorithm (or Encoder, or linear classifier): its parts, and the settings declared for every
+# model type (keys passed on through **kwargs, narrower kinds); the rest its constructor's.
 MODEL_KEYS = dict(
     detector=DETECTOR_KEYS, treatment=_optional(_name), weighting=WEIGHTING_KEYS,
     type=_registered('ContrastiveAlgorithm', 'Encoder', 'ImageClassifier'),
@@ -127,12 +134,95 @@ MODEL_KEYS = dict(
     num_support_views=_size, top_k=_optional(_size), threshold=_optional(_real), aggregation=_name,
     num_classes=_size, frozen=_flag, head_norm=_flag)
 
+# Parameters never taken from a checkpoint, whatever their annotation: what reads, fetches,
+# compiles or initialises from elsewhere.
+NEVER_TAKEN = re.compile(r'path|file|dir|url|download|compile|pretrained|checkpoint|init_cfg|hub',
+                         re.IGNORECASE)
+# Parameters that say how a machine runs the model, not what the model is: the reader's own
+# settings decide them (a decoder one machine lacks would make the config unusable on it).
+RUNTIME_KEYS = frozenset({'non_blocking', 'decoder'})
+_KINDS: dict[Any, Callable] = {bool: _flag, int: _count, float: _real, str: _name}
+
+
+class Bound(typing.NamedTuple):
+    """The range of a whole number a checkpoint's config may give: ``Annotated[int, Bound(1, 64)]``."""
+    low: int
+    high: int
+
+
+def _bounded(bound: Bound) -> Callable:
+    def bounded(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not bound.low <= value <= min(bound.high, MAX_SIZE):
+            raise _Refused(f'is not a whole number from {bound.low} to {min(bound.high, MAX_SIZE)}')
+        return value
+    return bounded
+
+
+def _one_of(names: tuple) -> Callable:
+    def one_of(value: Any) -> Any:
+        if isinstance(value, bool) or value not in names:
+            raise _Refused(f'is not one of {", ".join(map(repr, names))}')
+        return value
+    return one_of
+
+
+def _annotation_check(annotation: Any) -> Callable | None:
+    """The check of a value of the kind ``annotation`` names, ``None`` for kinds never taken."""
+    if annotation in _KINDS:
+        return _KINDS[annotation]
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        bounds = [m for m in annotation.__metadata__ if isinstance(m, Bound)]
+        return _bounded(bounds[0]) if bounds and args[0] is int else _annotation_check(args[0])
+    if origin is typing.Literal and all(isinstance(a, (str, int, float, bool)) for a in args):
+        return _one_of(args)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        inner = _annotation_check(rest[0]) if len(rest) == 1 else None
+        return inner and (_optional(inner) if len(rest) < len(args) else inner)
+    if origin in (tuple, list, collections.abc.Sequence) and args:
+        kinds = {a for a in args if a is not Ellipsis}
+        if kinds == {int}:
+            return _sizes
+        if kinds <= {int, float}:
+            return _reals
+    return None  # dicts, modules, callables: only the declared tables take these
+
+
+def derived_keys(cls: type) -> dict[str, Callable]:
+    """The keys a checkpoint's config may give ``cls``, with their checks, from its constructor."""
+    derived = {}
+    for name, annotation in parameter_types(cls).items():
+        check = (None if NEVER_TAKEN.search(name) or name in RUNTIME_KEYS
+                 else _annotation_check(annotation))
+        if check is not None:
+            derived[name] = check
+    return derived
+
+
+def _allowed(config: dict, declared: dict) -> dict:
+    """``declared`` plus the keys the constructor of the class ``config['type']`` names takes.
+
+    Declared entries win: they narrow a kind (a width is at least 1) or nest a part.
+    """
+    check = declared.get('type')
+    if check is None or isinstance(check, dict) or 'type' not in config:
+        return declared
+    try:
+        check(config['type'])
+    except _Refused:
+        return declared  # _keep refuses the config for its type
+    cls = MODELS._module_dict[config['type']]
+    return {**derived_keys(cls), **declared}
+
 
 def _keep(config: Any, allowed: dict, where: str, dropped: list[str]) -> dict:
     """The allow-listed part of ``config``; dropped keys are appended to ``dropped``."""
     if not isinstance(config, dict):
         raise _Refused(f'{where} is not a dict')
     kept = {}
+    allowed = _allowed(config, allowed)
     for key, value in config.items():
         check = allowed.get(key)
         if check is None:
