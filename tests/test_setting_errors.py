@@ -148,6 +148,9 @@ def _log(work_dir) -> str:
 def _short_run(work_dir, model: dict, max_epochs: int = 1, **kwargs) -> None:
     cfg = digits_config(str(work_dir), model, max_epochs=max_epochs, **kwargs)
     cfg.train_dataloader.dataset.subset_fraction = 0.1  # 2 iterations an epoch
+    # Its own logger: mmengine names one by the start's second, so two runs started in the same
+    # second would log into the first one's file.
+    cfg.experiment_name = f'setting_errors_{work_dir.name}'
     RUNNERS.build(cfg).train()
 
 
