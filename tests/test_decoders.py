@@ -191,15 +191,20 @@ def test_each_decoder_on_cuda_is_ordered_before_the_callers_work(decoder):
     the pixels, as stored (no EXIF turn), close to the CPU decode's."""
     exif = Image.Exif()
     exif[0x0112] = 6
-    files = [_encoded(Image.fromarray(_textured(h, w, seed=h)), quality=90) for h, w in ((64, 48), (33, 71))]
-    files.append(_encoded(Image.fromarray(_textured(40, 56)), quality=90, exif=exif.tobytes()))
+    # 4:4:4, so that pixels compare: nvJPEG upsamples subsampled chroma differently from libjpeg-turbo
+    # (measured on an H200: mean |difference| 3.7 on 4:2:0, where only the images' means agree).
+    files = [_encoded(Image.fromarray(_textured(h, w, seed=h)), quality=90, subsampling=0)
+             for h, w in ((64, 48), (33, 71))]
+    files.append(_encoded(Image.fromarray(_textured(40, 56)), quality=90, subsampling=0, exif=exif.tobytes()))
+    files.append(_encoded(Image.fromarray(_textured(48, 64)), quality=90, subsampling=2))
     cpu = decode_images(files, None, 'cpu', decoder)
     caller = torch.cuda.Stream()
     with torch.cuda.stream(caller):
         decoded = decode_images(files, None, 'cuda', decoder)
         means = torch.stack([img.float().mean() for img in decoded])  # queued on the caller stream
     caller.synchronize()
-    for img, ref, mean in zip(decoded, cpu, means.cpu()):
+    for i, (img, ref, mean) in enumerate(zip(decoded, cpu, means.cpu())):
         assert img.is_cuda and img.shape == ref.shape
-        assert (img.cpu().float() - ref.float()).abs().mean() < 2.0  # nvJPEG's IDCT and upsampling differ
+        if i < 3:
+            assert (img.cpu().float() - ref.float()).abs().mean() < 2.0  # nvJPEG's IDCT differs
         assert abs(float(mean) - ref.float().mean().item()) < 2.0

@@ -86,12 +86,15 @@ def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
 
 
 def test_the_parts_expected_costs_fit_the_default_budget():
-    """Every part, in order of value, fits the default seven minutes on one H100."""
+    """The six most valuable parts fit the default seven minutes (costs measured on an H200); a
+    second call of the same length runs the last two."""
     all_parts = gpu_report.parts('w')
     assert [p.name for p in all_parts] == [
         'cuda_tests', 'step_compiled_bf16', 'clustering', 'fmnist_full', 'jpeg_folder', 'step_eager_bf16',
         'step_eager_fp32', 'step_compiled_fp32']
-    assert sum(p.expected_s for p in all_parts) <= gpu_report.BUDGET_S == 420
+    assert sum(p.expected_s for p in all_parts[:6]) <= gpu_report.BUDGET_S == 420
+    assert sum(p.expected_s for p in all_parts[:7]) > gpu_report.BUDGET_S
+    assert sum(p.expected_s for p in all_parts[6:]) <= gpu_report.BUDGET_S
     assert gpu_report.parse_args([]).budget == 420
     assert [p.name for p in gpu_report.parts('w', rehearse=True)] == [p.name for p in all_parts]
 
@@ -112,24 +115,24 @@ def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_pa
         return result
 
     monkeypatch.setattr(gpu_report, 'run_part', run_part)
-    report = gpu_report.main(['--out-dir', str(tmp_path), '--budget', '150'])
+    report = gpu_report.main(['--out-dir', str(tmp_path), '--budget', '200'])
     out = capsys.readouterr().out
-    assert re.search(r'cuda_tests +25 s +cumulative +25 s', out)  # the plan, before any part
+    assert re.search(r'cuda_tests +45 s +cumulative +45 s', out)  # the plan, before any part
     assert out.index('Plan:') < out.index('[step_eager_bf16] skipped')
-    # 25 + 95 + 20 spent, 10 s left: no later part fits.
-    assert limits == dict(cuda_tests=75, step_compiled_bf16=125, clustering=30)
+    # 45 + 110 + 25 spent, 20 s left: no later part fits.
+    assert limits == dict(cuda_tests=135, step_compiled_bf16=155, clustering=45)
     later = ['fmnist_full', 'jpeg_folder', 'step_eager_bf16', 'step_eager_fp32', 'step_compiled_fp32']
     for name in later:
         assert f'| {name} | ' in report and f'[{name}] skipped: expected' in out
-    assert '| jpeg_folder | 55 s | skipped: budget (10 s left) | - | - | - |' in report
-    assert f"Skipped for the budget (--budget 150 s): {', '.join(later)}. Run the same command again" in report
-    assert '| clustering | 20 s | ran | 0 | 20 s |' in report
+    assert '| jpeg_folder | 120 s | skipped: budget (20 s left) | - | - | - |' in report
+    assert f"Skipped for the budget (--budget 200 s): {', '.join(later)}. Run the same command again" in report
+    assert '| clustering | 25 s | ran | 0 | 25 s |' in report
     limits.clear()
-    report = gpu_report.main(['--out-dir', str(tmp_path), '--budget', '150'])
-    # fmnist_full and jpeg_folder fill 140 s; 10 s left, too little for the eager steps: a third run.
-    assert list(limits) == ['fmnist_full', 'jpeg_folder']
-    assert '| cuda_tests | 25 s | saved |' in report
-    assert 'budget (--budget 150 s): step_eager_bf16, step_eager_fp32, step_compiled_fp32.' in report
+    report = gpu_report.main(['--out-dir', str(tmp_path), '--budget', '200'])
+    # fmnist_full leaves 115 s: jpeg_folder (120) waits, the eager steps (25 + 60) fit, 30 s left.
+    assert list(limits) == ['fmnist_full', 'step_eager_bf16', 'step_eager_fp32']
+    assert '| cuda_tests | 45 s | saved |' in report
+    assert 'budget (--budget 200 s): jpeg_folder, step_compiled_fp32.' in report
 
 
 def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(tmp_path, capsys):
@@ -262,11 +265,12 @@ def test_without_cuda_the_report_is_refused_in_one_line(monkeypatch, tmp_path):
         gpu_report.main(['--out-dir', str(tmp_path)])
 
 
-def _jpegs(tmp_path, sizes) -> list[str]:
+def _jpegs(tmp_path, sizes, subsampling: int = 0) -> list[str]:
     paths = []
+    tmp_path.mkdir(parents=True, exist_ok=True)
     for i, (w, h) in enumerate(sizes):
         paths.append(str(tmp_path / f'{i}.jpg'))
-        rgb_image(i, (w, h)).save(paths[-1], quality=90)
+        rgb_image(i, (w, h)).save(paths[-1], quality=90, subsampling=subsampling)
     return paths
 
 
@@ -275,7 +279,10 @@ def test_nvjpeg_on_a_side_stream_is_ordered_before_the_callers_work(tmp_path):
     """Decoded on the device from a non-default caller stream: the caller's next kernels see the
     pixels (no host wait between), which match the CPU decoder's."""
     from ifnd.datasets.decode import decode_images
+    # 4:4:4, so that pixels compare: nvJPEG upsamples subsampled chroma differently from libjpeg-turbo
+    # (measured on an H200: mean |difference| 12.9 on 4:2:0 noise, where only the images' means agree).
     paths = _jpegs(tmp_path, [(64, 48), (33, 71), (120, 90)])
+    paths += _jpegs(tmp_path / 'subsampled', [(64, 48)], subsampling=2)
     encoded = [torch.from_numpy(np.fromfile(p, np.uint8)) for p in paths]
     cpu = decode_images(encoded, paths, 'cpu')
     caller = torch.cuda.Stream()
@@ -283,9 +290,10 @@ def test_nvjpeg_on_a_side_stream_is_ordered_before_the_callers_work(tmp_path):
         decoded = decode_images(encoded, paths, 'cuda')
         sums = torch.stack([img.float().mean() for img in decoded])  # queued on the caller stream
     caller.synchronize()
-    for img, ref, total in zip(decoded, cpu, sums.cpu()):
+    for i, (img, ref, total) in enumerate(zip(decoded, cpu, sums.cpu())):
         assert img.is_cuda and img.shape == ref.shape
-        assert (img.cpu().float() - ref.float()).abs().mean() < 2.0
+        if i < 3:
+            assert (img.cpu().float() - ref.float()).abs().mean() < 2.0
         assert abs(float(total) - ref.float().mean().item()) < 2.0
 
 
