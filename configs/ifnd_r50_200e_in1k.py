@@ -5,7 +5,6 @@ _base_ = ['mocov2/mocov2_r50_200e_in1k.py', '_base_/pseudo_labels.py']
 
 model = dict(
     type='IFNDMoCo',
-    loss_mode='elim',
     neck=dict(num_layers=3, with_bn=True),
 )
 pseudo_label_hook = dict(

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ifnd.models.losses import (batch_views, candidate_logits, check_candidates, check_fnc_options,
-                                check_mode, debiased_nce, fnc_false_negatives, masked_nce,
+                                check_treatment, debiased_nce, fnc_false_negatives, masked_nce,
                                 queue_logits)
 
 
@@ -51,15 +51,15 @@ def masked_info_nce(logits: Tensor, positive_mask: Tensor, denominator_mask: Ten
 
 
 def label_masks(anchor_labels: Tensor, candidate_labels: Tensor, positive: Tensor,
-                excluded: Tensor, mode: str) -> tuple[Tensor, Tensor]:
-    """Positive and denominator masks ``[A, C]`` of one label level for the given loss mode."""
-    check_mode(mode)
+                excluded: Tensor, treatment: Optional[str]) -> tuple[Tensor, Tensor]:
+    """Positive and denominator masks ``[A, C]`` of one label level for the given treatment."""
+    check_treatment(treatment)
     positive = positive.bool() & ~excluded.bool()
     allowed = ~excluded.bool()
-    if mode == 'inst':
+    if treatment is None:
         return positive, allowed
     same = anchor_labels.reshape(-1, 1) == candidate_labels.reshape(1, -1)
-    if mode == 'elim':
+    if treatment == 'elim':
         # Eq. eq:elimination: the own positive stays even though it shares the label.
         return positive, allowed & ~(same & ~positive)
     # 'attr', Eq. eq:attraction: P(i) = {i'} ∪ {n in N(i): y_n = y_i}; S(i) is unchanged.
@@ -86,15 +86,15 @@ def contrastive_loss_from_candidates(anchors: Tensor,
                                      anchor_labels: Optional[Tensor] = None,
                                      candidate_labels: Optional[Tensor] = None,
                                      temperature: float = 0.1,
-                                     mode: str = 'inst',
+                                     treatment: Optional[str] = None,
                                      instance_if_unaccepted: bool = False) -> Tensor:
-    """Per-anchor loss ``[A]`` of ``mode`` against a candidate set, averaged over label levels.
+    """Per-anchor loss ``[A]`` of ``treatment`` against a candidate set, averaged over label levels.
 
     ``anchor_labels`` [L, A] / ``candidate_labels`` [L, C] (or [A] / [C]); ``None``: instance
     labels. ``instance_if_unaccepted``: when no candidate label is accepted (all negative), level
-    0 alone, exactly the 'inst' loss, chosen on the device.
+    0 alone, exactly the instance loss, chosen on the device.
     """
-    check_mode(mode)
+    check_treatment(treatment)
     check_candidates(anchors, candidates, positive_index, self_index, temperature)
     if (anchor_labels is None) != (candidate_labels is None):
         raise ValueError('anchor_labels and candidate_labels must be given together')
@@ -102,23 +102,23 @@ def contrastive_loss_from_candidates(anchors: Tensor,
     candidate_labels = as_levels(candidate_labels, candidates.shape[0], 'candidate_labels')
     logits, excluded, positive_index = candidate_logits(anchors, candidates, positive_index,
                                                         self_index, temperature)
-    if anchor_labels is None or mode == 'inst':
-        return masked_nce(logits, positive_index, excluded, None, 'inst')
+    if anchor_labels is None or treatment is None:
+        return masked_nce(logits, positive_index, excluded, None, None)
     same = anchor_labels.unsqueeze(2) == candidate_labels.unsqueeze(1)  # [L, A, C]
     any_accepted = (candidate_labels >= 0).any() if instance_if_unaccepted else None
-    return masked_nce(logits, positive_index, excluded, same, mode, any_accepted)
+    return masked_nce(logits, positive_index, excluded, same, treatment, any_accepted)
 
 
 def contrastive_loss_from_mask(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
                                self_index: Tensor, false_negatives: Tensor,
-                               temperature: float = 0.1, mode: str = 'elim') -> Tensor:
-    """Per-anchor loss ``[A]`` of ``mode`` with the false negatives ``[A, C]`` as a boolean mask."""
-    check_mode(mode)
+                               temperature: float = 0.1, treatment: Optional[str] = 'elim') -> Tensor:
+    """Per-anchor loss ``[A]`` of ``treatment`` with the false negatives ``[A, C]`` as a boolean mask."""
+    check_treatment(treatment)
     check_candidates(anchors, candidates, positive_index, self_index, temperature)
     logits, excluded, positive_index = candidate_logits(anchors, candidates, positive_index,
                                                         self_index, temperature)
     flagged = false_negatives.to(dtype=torch.bool, copy=True).unsqueeze(0)
-    return masked_nce(logits, positive_index, excluded, flagged, mode)
+    return masked_nce(logits, positive_index, excluded, flagged, treatment)
 
 
 def queue_contrastive_loss(q: Tensor,
@@ -127,14 +127,14 @@ def queue_contrastive_loss(q: Tensor,
                            labels: Optional[Tensor] = None,
                            queue_labels: Optional[Tensor] = None,
                            temperature: float = 0.2,
-                           mode: str = 'inst',
+                           treatment: Optional[str] = None,
                            overwritten: Optional[Tensor] = None) -> Tensor:
-    """MoCo's loss of each query against its own key and the queue, with pseudo-label modes.
+    """MoCo's loss of each query against its own key and the queue, label-sharing keys treated.
 
     ``labels`` [M] / [L, M] of the batch, ``queue_labels`` [K] / [L, K] of the queue entries;
     the mean over the M queries, averaged over the label levels.
     """
-    check_mode(mode)
+    check_treatment(treatment)
     if (labels is None) != (queue_labels is None):
         raise ValueError('labels and queue_labels must be given together')
     labels = as_levels(labels, q.shape[0], 'labels')
@@ -144,12 +144,12 @@ def queue_contrastive_loss(q: Tensor,
     positive = logits.new_zeros(q.shape[0], dtype=torch.long)
     if labels is None:
         return F.cross_entropy(logits, positive)
-    if mode == 'inst':
-        return masked_nce(logits, positive, None, None, 'inst').mean()
+    if treatment is None:
+        return masked_nce(logits, positive, None, None, None).mean()
     # Column 0, the own key, is the positive: its label is never read.
     column_labels = torch.cat([queue_labels[:, :1], queue_labels], dim=1)
     same = labels.unsqueeze(2) == column_labels.unsqueeze(1)  # [L, M, 1 + K]
-    return masked_nce(logits, positive, None, same, mode).mean()
+    return masked_nce(logits, positive, None, same, treatment).mean()
 
 
 def debiased_loss_from_candidates(anchors: Tensor, candidates: Tensor, positive_index: Tensor,
@@ -175,13 +175,13 @@ def debiased_contrastive_loss(z1: Tensor, z2: Tensor, temperature: float = 0.5,
 
 
 def fnc_loss(z1: Tensor, z2: Tensor, support: Tensor, temperature: float = 0.5,
-             strategy: str = 'elim', top_k: Optional[int] = None,
+             treatment: str = 'elim', top_k: Optional[int] = None,
              threshold: Optional[float] = None, aggregation: str = 'mean') -> Tensor:
     """FNC on SimCLR's 2M views of one process, mean over anchors; ``support`` is [M, S, D]."""
-    check_fnc_options(strategy, top_k, threshold, aggregation)
+    check_fnc_options(treatment, top_k, threshold, aggregation)
     views, positive_index, self_index = batch_views(z1, z2)
     num = z1.shape[0]
     flags = fnc_false_negatives(support, views.detach().view(2, num, -1),
                                 torch.arange(num, device=z1.device), top_k, threshold, aggregation)
     return contrastive_loss_from_mask(views, views, positive_index, self_index, flags.repeat(2, 2),
-                                      temperature, strategy).mean()
+                                      temperature, treatment).mean()

@@ -165,7 +165,7 @@ def test_colour_matching_and_member_centroids():
 def tiny_run(tmp_path_factory):
     """A random IFND checkpoint (tiny ResNet, digits) with its config, and two fake rounds."""
     root = tmp_path_factory.mktemp('analysis')
-    cfg = digits_config(str(root), dict(type='IFND', temperature=0.5, loss_mode='elim'),
+    cfg = digits_config(str(root), dict(type='IFND', temperature=0.5),
                         pseudo_labels=dict(num_clusters=[10, 20], interval=1))
     cfg.train_dataloader.dataset.subset_fraction = 0.25  # 337 images: quick to encode
     torch.manual_seed(0)

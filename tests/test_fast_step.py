@@ -228,17 +228,17 @@ NEW_FN_METHODS = [
     dict(type='DebiasedCL'), dict(type='HardNegativeCL'),
     dict(type='DebiasedMoCo', queue_len=32, bn_splits=2),
     dict(type='HardNegativeMoCo', queue_len=32, bn_splits=2),
-    dict(type='FNC', strategy='elim', num_support_views=2, top_k=3),
-    dict(type='FNC', strategy='attr', num_support_views=1, top_k=None, threshold=0.2)]
+    dict(type='FNC', treatment='elim', num_support_views=2, top_k=3),
+    dict(type='FNC', treatment='attr', num_support_views=1, top_k=None, threshold=0.2)]
 
 
 @pytest.mark.parametrize('cfg', [
-    dict(type='SimCLR'), dict(type='IFND', loss_mode='elim'), dict(type='IFND', loss_mode='attr'),
+    dict(type='SimCLR'), dict(type='IFND', treatment='elim'), dict(type='IFND', treatment='attr'),
     dict(type='SupCon'), dict(type='OracleElim'), dict(type='PCL'),
     dict(type='MoCoV2', queue_len=32, bn_splits=2),
     dict(type='IFNDMoCo', queue_len=32, bn_splits=2),
     *NEW_FN_METHODS,
-], ids=lambda c: c['type'] + c.get('loss_mode', c.get('strategy', '')))
+], ids=lambda c: c['type'] + c.get('treatment', ''))
 def test_training_step_makes_no_host_sync(cfg):
     torch.manual_seed(0)
     model = _filled(MODELS.build(dict(cfg, backbone=TINY_BACKBONE, neck=TINY_NECK)))
@@ -263,7 +263,7 @@ def test_training_step_makes_no_host_sync(cfg):
 
 
 def _reference(anchors, candidates, positive_index, self_index, anchor_labels, candidate_labels,
-               mode, temperature):
+               treatment, temperature):
     """The former implementation: full boolean masks per level, then masked_info_nce."""
     from loss_references import label_masks, masked_info_nce
     logits = anchors @ candidates.t() / temperature
@@ -273,13 +273,13 @@ def _reference(anchors, candidates, positive_index, self_index, anchor_labels, c
     total = 0
     for level in range(anchor_labels.shape[0]):
         total = total + masked_info_nce(logits, *label_masks(
-            anchor_labels[level], candidate_labels[level], positive, excluded, mode))
+            anchor_labels[level], candidate_labels[level], positive, excluded, treatment))
     return total / anchor_labels.shape[0]
 
 
-@pytest.mark.parametrize('mode', ['inst', 'elim', 'attr'])
+@pytest.mark.parametrize('treatment', [None, 'elim', 'attr'])
 @pytest.mark.parametrize('levels', [1, 3])
-def test_fused_masks_equal_the_former_masks(mode, levels):
+def test_fused_masks_equal_the_former_masks(treatment, levels):
     from loss_references import contrastive_loss_from_candidates, queue_contrastive_loss
     g = torch.Generator().manual_seed(levels)
     num, dim = 12, 8
@@ -292,26 +292,26 @@ def test_fused_masks_equal_the_former_masks(mode, levels):
     positive_index, self_index = torch.cat([index + num, index]), torch.arange(2 * num)
     for temperature in (0.1, 0.5):
         new = contrastive_loss_from_candidates(z, z, positive_index, self_index, view_labels,
-                                               view_labels, temperature, mode)
-        old = _reference(z, z, positive_index, self_index, view_labels, view_labels, mode,
+                                               view_labels, temperature, treatment)
+        old = _reference(z, z, positive_index, self_index, view_labels, view_labels, treatment,
                          temperature)
         torch.testing.assert_close(new, old, rtol=1e-5, atol=1e-5)
     # The queue: the own key is column 0, the queue has no excluded entry.
     q, k = z[:num], z[num:]
     queue = torch.nn.functional.normalize(torch.randn(20, dim, generator=g), dim=1)
     queue_labels = torch.randint(0, 3, (levels, 20), generator=g)
-    new = queue_contrastive_loss(q, k, queue, labels, queue_labels, 0.2, mode)
+    new = queue_contrastive_loss(q, k, queue, labels, queue_labels, 0.2, treatment)
     # Row by row: each query sees its own key (with its own label) and the queue.
     ref = torch.stack([
         _reference(q[i:i + 1], torch.cat([k[i:i + 1], queue]), torch.tensor([0]),
                    torch.tensor([-1]), labels[:, i:i + 1],
-                   torch.cat([labels[:, i:i + 1], queue_labels], dim=1), mode, 0.2)
+                   torch.cat([labels[:, i:i + 1], queue_labels], dim=1), treatment, 0.2)
         for i in range(num)]).mean()
     torch.testing.assert_close(new, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('mode', ['elim', 'attr'])
-def test_unaccepted_batch_is_exactly_instance_discrimination(mode):
+@pytest.mark.parametrize('treatment', ['elim', 'attr'])
+def test_unaccepted_batch_is_exactly_instance_discrimination(treatment):
     from loss_references import contrastive_loss_from_candidates
     g = torch.Generator().manual_seed(0)
     num = 10
@@ -323,7 +323,7 @@ def test_unaccepted_batch_is_exactly_instance_discrimination(mode):
     for labels in (None, unique):
         leaf = z.clone().requires_grad_(True)
         emb = torch.nn.functional.normalize(leaf, dim=1)
-        loss = contrastive_loss_from_candidates(emb, emb, *args, labels, labels, 0.5, mode,
+        loss = contrastive_loss_from_candidates(emb, emb, *args, labels, labels, 0.5, treatment,
                                                 instance_if_unaccepted=True).mean()
         loss.backward()
         grads.append((loss.detach(), leaf.grad))
@@ -373,9 +373,9 @@ def _device_view_batch(kind, view, root, num_views=2):
 @pytest.mark.parametrize('view', [dict(type='MoCoV2View', size=16),
                                   dict(type='SimCLRView', size=16, blur_p=0.5)], ids=['mocov2', 'simclr_blur'])
 @pytest.mark.parametrize('kind', ['digits', 'jpeg'])
-@pytest.mark.parametrize('cfg', [dict(type='IFND', loss_mode='elim'),
+@pytest.mark.parametrize('cfg', [dict(type='IFND', treatment='elim'),
                                  dict(type='IFNDMoCo', queue_len=32, bn_splits=2), *NEW_FN_METHODS],
-                         ids=lambda c: c['type'] + c.get('strategy', ''))
+                         ids=lambda c: c['type'] + c.get('treatment', ''))
 def test_device_view_train_step_makes_no_host_sync(cfg, kind, view, tmp_path):
     """A whole train_step: the preprocessor makes the views (JPEGs decoded), forward, backward, SGD step."""
     torch.manual_seed(0)

@@ -120,7 +120,7 @@ def test_debiasing_edge_cases():
             debiased_contrastive_loss(z1, z2, 0.5, tau_plus, beta)
 
 
-def reference_fnc(z1, z2, support, tau, strategy, top_k, threshold, aggregation):
+def reference_fnc(z1, z2, support, tau, treatment, top_k, threshold, aggregation):
     """FNC by brute force: score every other image per anchor image, pick, then eliminate or
     attract both views of the picked images (SupCon form for attraction)."""
     num = z1.shape[0]
@@ -142,7 +142,7 @@ def reference_fnc(z1, z2, support, tau, strategy, top_k, threshold, aggregation)
         i_pos = (i + num) % (2 * num)
         negatives = [j for j in range(2 * num) if j not in (i, i_pos)]
         false = [j for j in negatives if j % num in picked[i % num]]
-        if strategy == 'elim':
+        if treatment == 'elim':
             denominator, positives = [i_pos] + [j for j in negatives if j not in false], [i_pos]
         else:
             denominator, positives = [i_pos] + negatives, [i_pos] + false
@@ -152,13 +152,13 @@ def reference_fnc(z1, z2, support, tau, strategy, top_k, threshold, aggregation)
     return total / (2 * num)
 
 
-@pytest.mark.parametrize('strategy, top_k, threshold, aggregation', [
+@pytest.mark.parametrize('treatment, top_k, threshold, aggregation', [
     ('elim', 3, None, 'mean'), ('attr', 2, None, 'max'), ('elim', None, 0.1, 'max'),
     ('attr', None, 0.0, 'mean')])
-def test_fnc_matches_brute_force(strategy, top_k, threshold, aggregation):
+def test_fnc_matches_brute_force(treatment, top_k, threshold, aggregation):
     z1, z2 = _pairs(8, 6, seed=5)
     support = F.normalize(z1.unsqueeze(1) + 0.5 * _unit(8, 3, 6, seed=6), dim=2)
-    args = (0.5, strategy, top_k, threshold, aggregation)
+    args = (0.5, treatment, top_k, threshold, aggregation)
     got, got_grads = _grads(lambda a, b: fnc_loss(a, b, support, *args), z1, z2)
     ref, ref_grads = _grads(lambda a, b: reference_fnc(a, b, support, *args), z1, z2)
     _close(got, ref, got_grads, ref_grads)
@@ -233,10 +233,9 @@ def test_algorithms_refuse_bad_settings():
             (dict(type='DebiasedCL', tau_plus=1.0), r'tau_plus .* \[0, 1\)'),
             (dict(type='HardNegativeCL', beta=-0.5), 'beta'),
             (dict(type='DebiasedMoCo', tau_plus=-0.1, queue_len=16), 'tau_plus'),
-            (dict(type='DebiasedCL', loss_mode='elim', label_source='pseudo'), 'takes no labels'),
             (dict(type='FNC', top_k=0), 'top_k must be an int >= 1'),
             (dict(type='FNC', threshold=0.5), 'exactly one of top_k and threshold'),
-            (dict(type='FNC', strategy='supcon'), 'strategy'),
+            (dict(type='FNC', treatment='supcon'), 'treatment must be None or one of'),
             (dict(type='FNC', aggregation='median'), 'aggregation'),
             (dict(type='FNC', num_support_views=0), r'MultiView\(num_views=2 \+ S\)')):
         with pytest.raises(ValueError, match=match):
@@ -290,8 +289,8 @@ def _scalars(work_dir):
     dict(type='DebiasedCL', tau_plus=0.1), dict(type='HardNegativeCL', tau_plus=0.1, beta=1.0),
     dict(type='DebiasedMoCo', tau_plus=0.1, queue_len=128, momentum=0.9),
     dict(type='HardNegativeMoCo', tau_plus=0.1, beta=1.0, queue_len=128, momentum=0.9),
-    dict(type='FNC', strategy='attr', num_support_views=1, top_k=None, threshold=0.5)],
-    ids=lambda m: m['type'] + m.get('strategy', ''))
+    dict(type='FNC', treatment='attr', num_support_views=1, top_k=None, threshold=0.5)],
+    ids=lambda m: m['type'] + m.get('treatment', ''))
 def test_short_training_runs(model, tmp_path):
     torch.manual_seed(0)
     cfg = digits_config(str(tmp_path), dict(model, temperature=0.5), max_epochs=1)

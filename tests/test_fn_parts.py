@@ -134,9 +134,9 @@ FNC = dict(num_support_views=2, top_k=2)
 # preset config, the same method as the base's parts, what its detector flags
 PRESETS = {
     'SimCLR': (dict(type='SimCLR'), dict(), None),
-    'IFND-elim': (dict(type='IFND', loss_mode='elim'),
+    'IFND-elim': (dict(type='IFND', treatment='elim'),
                   dict(detector=dict(type='PseudoLabels'), treatment='elim'), 'pseudo'),
-    'IFND-attr': (dict(type='IFND', loss_mode='attr'),
+    'IFND-attr': (dict(type='IFND', treatment='attr'),
                   dict(detector=dict(type='PseudoLabels'), treatment='attr'), 'pseudo'),
     'SupCon': (dict(type='SupCon'), dict(detector=dict(type='GroundTruth'), treatment='attr'),
                'classes'),
@@ -146,9 +146,9 @@ PRESETS = {
     'DebiasedCL': (dict(type='DebiasedCL', tau_plus=0.1), dict(weighting=DEBIASED), None),
     'HardNegativeCL': (dict(type='HardNegativeCL', tau_plus=0.1, beta=1.0), dict(weighting=HARD),
                        None),
-    'FNC-elim': (dict(type='FNC', strategy='elim', **FNC),
+    'FNC-elim': (dict(type='FNC', treatment='elim', **FNC),
                  dict(detector=dict(type='SupportViews', **FNC), treatment='elim'), 'support'),
-    'FNC-attr': (dict(type='FNC', strategy='attr', **FNC),
+    'FNC-attr': (dict(type='FNC', treatment='attr', **FNC),
                  dict(detector=dict(type='SupportViews', **FNC), treatment='attr'), 'support'),
     'MoCoV2': (dict(type='MoCoV2'), dict(), None),
     'IFNDMoCo': (dict(type='IFNDMoCo'),
@@ -374,16 +374,15 @@ def test_an_anchor_with_every_negative_flagged_keeps_them_all(weighting):
     (dict(type='SimCLR', weighting=dict(type='hard', beta=0.0)), "beta=0 is type='debiased'"),
     (dict(type='IFND', detector=dict(type='GroundTruth')),
      "use type='SimCLR' with detector=, treatment= and weighting="),
-    (dict(type='SupCon', treatment='elim'), "use type='SimCLR' with detector="),
+    (dict(type='SupCon', weighting=DEBIASED), "use type='SimCLR' with detector="),
     (dict(type='DebiasedCL', weighting=HARD), "use type='SimCLR' with detector="),
     (dict(type='FNC', detector=dict(type='GroundTruth')), "use type='SimCLR' with detector="),
-    (dict(type='IFNDMoCo', treatment='attr', queue_len=16), "use type='MoCoV2' with detector="),
+    (dict(type='IFNDMoCo', detector=dict(type='GroundTruth'), queue_len=16),
+     "use type='MoCoV2' with detector="),
+    (dict(type='IFND', treatment='supcon'), r"treatment must be None or one of \('elim', 'attr'\)"),
+    (dict(type='FNC', treatment=None), "FNC needs a treatment"),
     (dict(type='HardNegativeMoCo', weighting=DEBIASED, queue_len=16),
      "use type='MoCoV2' with detector="),
-    (dict(type='DebiasedCL', label_source='pseudo'), 'takes no labels; remove'),
-    (dict(type='SimCLR', loss_mode='elim', label_source='pseudo',
-          detector=dict(type='GroundTruth')),
-     'either as detector=/treatment= or as loss_mode=/label_source=, not both'),
     (dict(type='MoCoV2', detector=dict(type='SupportViews'), treatment='elim', queue_len=16),
      "use it on the SimCLR base"),
     (dict(type='SimCLR', detector=dict(type='GloFND', alpha=0.0), treatment='elim'),
@@ -587,3 +586,33 @@ def test_ground_truth_on_the_queue_looks_up_the_queued_keys_classes():
     assert any(any(row) for row in flags) and not all(all(row) for row in flags)
     expected = reference_queue(seen['embed'][0], seen['keys'], queue, 0.2, [flags], 'elim', None)
     assert out['loss'].item() == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_the_documented_detector_example_trains_with_acceptance_and_is_counted():
+    """docs/methods.md's "Adding a detector": its file, as written, and one config line train."""
+    text = open(osp.join(osp.dirname(__file__), '..', 'docs', 'methods.md')).read()
+    code = text.split('## Adding a detector', 1)[1].split('```python\n', 1)[1].split('```', 1)[0]
+    MODELS._module_dict.pop('AboveCosine', None)
+    try:
+        exec(compile(code, 'docs/methods.md', 'exec'), {})
+        init_default_scope('ifnd')
+        torch.manual_seed(0)
+        model = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK,
+                                  detector=dict(type='AboveCosine', cosine=0.5,
+                                                acceptance=dict(scheme='constant', final_rate=1.0)),
+                                  treatment='elim'))
+        plain = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK))
+        plain.load_state_dict(model.state_dict())
+        assert model.needs.sample_index and not model.needs.label_bank
+        model.detector.setup(16, 2, torch.device('cpu'))
+        model.detector.set_epoch(0)
+        model.track_detection = True
+        views = [torch.rand(8, 3, 16, 16) for _ in range(2)]
+        samples = {'index': torch.arange(8), 'label': torch.arange(8) % 2}
+        loss = model.loss(views, samples)['loss']
+        loss.backward()
+        assert torch.isfinite(loss) and model.detection_counts is not None
+        # Cosine 0.5 on a random tiny encoder flags some negatives: the loss differs from SimCLR's.
+        assert loss.item() != plain.loss(views, samples)['loss'].item()
+    finally:
+        MODELS._module_dict.pop('AboveCosine', None)

@@ -33,8 +33,8 @@ BACKBONE = dict(TINY_BACKBONE, layers=(1, 1, 1, 1), channels_last=True)
 # Per algorithm: the model and its training batch. Both encoders see 16 images (IFND's 2 x 8
 # views, IFNDMoCo's 16 queries), so inductor's on-disk cache serves the second query graph.
 ALGORITHMS = {
-    'IFND': (dict(type='IFND', temperature=0.5, loss_mode='elim'), 8),
-    'IFNDMoCo': (dict(type='IFNDMoCo', temperature=0.2, loss_mode='elim', queue_len=64,
+    'IFND': (dict(type='IFND', temperature=0.5), 8),
+    'IFNDMoCo': (dict(type='IFNDMoCo', temperature=0.2, queue_len=64,
                       momentum=0.99, bn_splits=2), 16),
 }
 # Feature extraction batch: 40 training images give 12 + 12 + 12 + 4, a smaller last batch, and a

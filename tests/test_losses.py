@@ -9,7 +9,7 @@ from loss_references import (contrastive_loss_from_candidates, label_masks, mask
 
 from ifnd.models.losses import contrastive_loss, proto_nce_loss
 
-MODES = ('inst', 'elim', 'attr')
+TREATMENTS = (None, 'elim', 'attr')
 
 
 def _unit(*shape, seed, dtype=torch.float64):
@@ -30,7 +30,7 @@ def _sim(u, v, tau):
     return torch.exp(torch.dot(u, v) / tau)
 
 
-def reference_contrastive(z1, z2, labels, tau, mode):
+def reference_contrastive(z1, z2, labels, tau, treatment):
     """Eqs. eq:contrastive / eq:elimination / eq:attraction with explicit loops over anchors."""
     num = z1.shape[0]
     z = torch.cat([z1, z2])
@@ -46,10 +46,10 @@ def reference_contrastive(z1, z2, labels, tau, mode):
             i_pos = (i + num) % (2 * num)
             negatives = [n for n in range(2 * num) if n not in (i, i_pos)]
             same = [n for n in negatives if y is not None and y[n] == y[i]]
-            if mode == 'elim':
+            if treatment == 'elim':
                 denominator_set = [i_pos] + [n for n in negatives if n not in same]
                 positive_set = [i_pos]
-            elif mode == 'attr':
+            elif treatment == 'attr':
                 denominator_set = [i_pos] + negatives
                 positive_set = [i_pos] + same
             else:
@@ -62,7 +62,7 @@ def reference_contrastive(z1, z2, labels, tau, mode):
     return total / len(levels)
 
 
-def reference_queue(q, k, queue, labels, queue_labels, tau, mode):
+def reference_queue(q, k, queue, labels, queue_labels, tau, treatment):
     """MoCo form: candidates are the own key and the queue, with the paper's label rules."""
     if labels is None:
         levels = [(None, None)]
@@ -77,11 +77,11 @@ def reference_queue(q, k, queue, labels, queue_labels, tau, mode):
             same = [j for j in range(queue.shape[0]) if y is not None and yq[j] == y[m]]
             others = [j for j in range(queue.shape[0]) if j not in same]
             pos_sims = [_sim(q[m], k[m], tau)]
-            if mode == 'elim':
+            if treatment == 'elim':
                 den_sims = pos_sims + [_sim(q[m], queue[j], tau) for j in others]
             else:
                 den_sims = pos_sims + [_sim(q[m], queue[j], tau) for j in range(queue.shape[0])]
-                if mode == 'attr':
+                if treatment == 'attr':
                     pos_sims = pos_sims + [_sim(q[m], queue[j], tau) for j in same]
             denominator = sum(den_sims)
             level_loss = level_loss + sum(-torch.log(s / denominator)
@@ -96,47 +96,47 @@ def _grads(fn, *tensors):
     return value.detach(), torch.autograd.grad(value, tensors)
 
 
-@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('treatment', TREATMENTS)
 @pytest.mark.parametrize('label_kind', ['none', 'vector', 'levels'])
-def test_contrastive_loss_matches_reference(mode, label_kind):
+def test_contrastive_loss_matches_reference(treatment, label_kind):
     num, dim, tau = 6, 8, 0.1
     z1, z2 = _unit(num, dim, seed=1), _unit(num, dim, seed=2)
     labels = {'none': None, 'vector': _pseudo_labels(1, num, seed=3)[0],
               'levels': _pseudo_labels(3, num, seed=4)}[label_kind]
     if labels is not None:
         assert (labels >= 0).any() and (labels < 0).any()
-    got, got_grads = _grads(lambda a, b: contrastive_loss(a, b, labels, tau, mode), z1, z2)
-    ref, ref_grads = _grads(lambda a, b: reference_contrastive(a, b, labels, tau, mode), z1, z2)
+    got, got_grads = _grads(lambda a, b: contrastive_loss(a, b, labels, tau, treatment), z1, z2)
+    ref, ref_grads = _grads(lambda a, b: reference_contrastive(a, b, labels, tau, treatment), z1, z2)
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
     for g, r in zip(got_grads, ref_grads):
         assert not torch.isnan(g).any()
         torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-10)
     # float32 inputs agree with the float64 reference up to single precision.
-    got32 = contrastive_loss(z1.float(), z2.float(), labels, tau, mode)
+    got32 = contrastive_loss(z1.float(), z2.float(), labels, tau, treatment)
     assert got32.dtype == torch.float32
     assert math.isclose(float(got32), float(ref), rel_tol=1e-5)
 
 
-def test_modes_differ_with_shared_labels_and_agree_with_unique_ones():
+def test_treatments_differ_with_shared_labels_and_agree_with_unique_ones():
     num, tau = 8, 0.2
     z1, z2 = _unit(num, 5, seed=5), _unit(num, 5, seed=6)
     shared = _pseudo_labels(2, num, seed=7)
-    values = {m: float(contrastive_loss(z1, z2, shared, tau, m)) for m in MODES}
+    values = {m: float(contrastive_loss(z1, z2, shared, tau, m)) for m in TREATMENTS}
     assert len(set(values.values())) == 3
     unique = -(torch.arange(num) + 1)
-    inst = contrastive_loss(z1, z2, None, tau, 'inst')
-    for mode in MODES:
-        torch.testing.assert_close(contrastive_loss(z1, z2, unique, tau, mode), inst)
-        torch.testing.assert_close(contrastive_loss(z1, z2, None, tau, mode), inst)
+    inst = contrastive_loss(z1, z2, None, tau, None)
+    for treatment in TREATMENTS:
+        torch.testing.assert_close(contrastive_loss(z1, z2, unique, tau, treatment), inst)
+        torch.testing.assert_close(contrastive_loss(z1, z2, None, tau, treatment), inst)
 
 
-@pytest.mark.parametrize('mode', MODES)
-def test_distributed_split_sums_to_full_loss(mode):
+@pytest.mark.parametrize('treatment', TREATMENTS)
+def test_distributed_split_sums_to_full_loss(treatment):
     """Two 'ranks' each use their local views as anchors against all gathered views."""
     num, tau, ranks = 8, 0.1, 2
     z1, z2 = _unit(num, 6, seed=8), _unit(num, 6, seed=9)
     labels = _pseudo_labels(2, num, seed=10)
-    full = contrastive_loss(z1, z2, labels, tau, mode)
+    full = contrastive_loss(z1, z2, labels, tau, treatment)
     local = num // ranks
     # Each rank holds cat(z1_r, z2_r); the gather concatenates the ranks.
     parts = [(z1[r * local:(r + 1) * local], z2[r * local:(r + 1) * local],
@@ -152,15 +152,15 @@ def test_distributed_split_sums_to_full_loss(mode):
         per_anchor = contrastive_loss_from_candidates(torch.cat([a, b]), candidates,
                                                       positive_index, self_index,
                                                       torch.cat([y, y], dim=1), candidate_labels,
-                                                      tau, mode)
+                                                      tau, treatment)
         assert per_anchor.shape == (2 * local, )
         total = total + per_anchor.sum()
     torch.testing.assert_close(total, full * 2 * num)
 
 
-@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('treatment', TREATMENTS)
 @pytest.mark.parametrize('label_kind', ['none', 'vector', 'levels'])
-def test_queue_loss_matches_reference(mode, label_kind):
+def test_queue_loss_matches_reference(treatment, label_kind):
     num, size, dim, tau = 5, 9, 6, 0.2
     q, k, queue = _unit(num, dim, seed=11), _unit(num, dim, seed=12), _unit(size, dim, seed=13)
     if label_kind == 'none':
@@ -173,8 +173,8 @@ def test_queue_loss_matches_reference(mode, label_kind):
         queue_labels[:, :2] = -1000 - torch.arange(2)
         if label_kind == 'vector':
             labels, queue_labels = labels[0], queue_labels[0]
-    fn = lambda a, b, c: queue_contrastive_loss(a, b, c, labels, queue_labels, tau, mode)  # noqa
-    ref_fn = lambda a, b, c: reference_queue(a, b, c, labels, queue_labels, tau, mode)  # noqa
+    fn = lambda a, b, c: queue_contrastive_loss(a, b, c, labels, queue_labels, tau, treatment)  # noqa
+    ref_fn = lambda a, b, c: reference_queue(a, b, c, labels, queue_labels, tau, treatment)  # noqa
     got, got_grads = _grads(fn, q, k, queue)
     ref, ref_grads = _grads(ref_fn, q, k, queue)
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
@@ -193,9 +193,9 @@ def test_queue_inst_equals_moco_cross_entropy():
     torch.testing.assert_close(queue_contrastive_loss(q, k, queue, temperature=tau), moco)
     labels = _pseudo_labels(2, num, seed=19)
     queue_labels = _pseudo_labels(2, size, seed=20) - 100  # never matches the batch
-    for mode in MODES:
+    for treatment in TREATMENTS:
         torch.testing.assert_close(
-            queue_contrastive_loss(q, k, queue, labels, queue_labels, tau, mode), moco)
+            queue_contrastive_loss(q, k, queue, labels, queue_labels, tau, treatment), moco)
 
 
 def reference_proto(z, centroids, assignments, concentration):
@@ -264,21 +264,21 @@ def test_label_masks_and_errors():
     assert pos.equal(positive) and not den[0, 3] and den[0, 1] and not den[0, 0]
     pos, den = label_masks(anchor, cand, positive, excluded, 'attr')
     assert pos[0, 3] and pos[0, 1] and den[0, 3] and not pos[0, 0]
-    with pytest.raises(ValueError, match='inst'):
+    with pytest.raises(ValueError, match='treatment must be None or one of'):
         label_masks(anchor, cand, positive, excluded, 'bogus')
     z = _unit(4, 3, seed=31)
     with pytest.raises(ValueError, match='shape'):
         contrastive_loss(z, _unit(5, 3, seed=32))
     with pytest.raises(ValueError, match='labels'):
         contrastive_loss(z, z, torch.zeros(2, 5, dtype=torch.long))
-    with pytest.raises(ValueError, match='valid modes'):
-        contrastive_loss(z, z, mode='supcon')
+    with pytest.raises(ValueError, match=r"treatment must be None or one of \('elim', 'attr'\)"):
+        contrastive_loss(z, z, treatment='supcon')
     with pytest.raises(ValueError, match='together'):
         queue_contrastive_loss(z, z, z, labels=torch.zeros(4, dtype=torch.long))
 
 
-@pytest.mark.parametrize('algorithm, mode', [('SupCon', 'attr'), ('OracleElim', 'elim')])
-def test_ground_truth_oracles_apply_their_equation_to_the_batch_labels(algorithm, mode):
+@pytest.mark.parametrize('algorithm, treatment', [('SupCon', 'attr'), ('OracleElim', 'elim')])
+def test_ground_truth_oracles_apply_their_equation_to_the_batch_labels(algorithm, treatment):
     """SupCon is Eq. 4 and the elimination oracle Eq. 3, both with the ground-truth labels."""
     from helpers import TINY_BACKBONE, TINY_NECK
     from mmengine.registry import init_default_scope
@@ -288,19 +288,19 @@ def test_ground_truth_oracles_apply_their_equation_to_the_batch_labels(algorithm
     torch.manual_seed(0)
     model = MODELS.build(dict(type=algorithm, backbone=TINY_BACKBONE, neck=TINY_NECK,
                               temperature=0.3)).double()  # float64 weights, f(x) in float64
-    assert model.loss_mode == mode and model.label_source == 'ground_truth'
+    assert model.treatment == treatment and model.needs.classes and not hasattr(model, 'label_bank')
     views = [torch.randn(8, 3, 16, 16, dtype=torch.float64) for _ in range(2)]
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 2])
     data = {'index': torch.arange(8), 'label': labels}
     z1, z2 = model.embed_views(views)
     loss = model.batch_losses(z1, z2, data)['loss']
     # The model's embeddings are float32 (also under autocast); the reference runs in float64.
-    expected = reference_contrastive(z1.double(), z2.double(), labels, 0.3, mode)
+    expected = reference_contrastive(z1.double(), z2.double(), labels, 0.3, treatment)
     torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-6)
     got = torch.autograd.grad(loss, model.neck.parameters(), retain_graph=True)
     want = torch.autograd.grad(expected, model.neck.parameters())
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-6)
     # Different labels give a different loss: the batch's labels are used, not ignored.
-    instance = reference_contrastive(z1.double(), z2.double(), None, 0.3, 'inst')
+    instance = reference_contrastive(z1.double(), z2.double(), None, 0.3, None)
     assert not torch.isclose(loss.double(), instance)

@@ -122,9 +122,9 @@ def test_label_bank_adopts_the_stored_size():
         dst.label_bank.lookup(torch.tensor([60]))
 
 
-def test_loss_mode_needs_labels():
-    with pytest.raises(ValueError, match="label_source='pseudo'"):
-        MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK, loss_mode='elim'))
+def test_a_treatment_needs_a_detector():
+    with pytest.raises(ValueError, match="add a detector"):
+        MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK, treatment='elim'))
 
 
 def test_issue_command_builds_the_imagenet_moco_without_imports():
@@ -203,7 +203,7 @@ def _former_moco_loss(model, inputs, samples):
     labels = model.label_bank.lookup(samples['index'])
     loss = queue_contrastive_loss(q, k, model.queue.clone(), labels if masked else None,
                                   model.detector.labels(model.queue_index) if masked else None,
-                                  model.temperature, model.loss_mode)
+                                  model.temperature, model.treatment)
     model._enqueue(k, samples['index'])
     return loss
 

@@ -72,7 +72,7 @@ def test_moco_training_lowers_the_loss(tmp_path):
 
 def test_ifnd_hooks_log_and_save(tmp_path):
     torch.manual_seed(0)
-    cfg = digits_config(str(tmp_path), dict(type='IFND', temperature=0.5, loss_mode='elim'),
+    cfg = digits_config(str(tmp_path), dict(type='IFND', temperature=0.5),
                         max_epochs=2, knn=True, fn_detection=True,
                         pseudo_labels=dict(num_clusters=[10, 30], interval=1,
                                            kmeans=dict(nredo=1, niter=10)))
@@ -176,9 +176,9 @@ def _tiny_pair(**extra):
     return simclr, ifnd
 
 
-@pytest.mark.parametrize('mode', ['elim', 'attr'])
-def test_ifnd_with_acceptance_zero_equals_simclr(mode):
-    simclr, ifnd = _tiny_pair(loss_mode=mode)
+@pytest.mark.parametrize('treatment', ['elim', 'attr'])
+def test_ifnd_with_acceptance_zero_equals_simclr(treatment):
+    simclr, ifnd = _tiny_pair(treatment=treatment)
     ifnd.label_bank.reset(num_levels=3, num_samples=100)  # nothing accepted: unique labels
     views = [torch.rand(16, 3, 16, 16), torch.rand(16, 3, 16, 16)]
     samples = {'index': torch.randperm(100)[:16], 'label': torch.zeros(16, dtype=torch.long)}
@@ -192,7 +192,7 @@ def test_ifnd_with_acceptance_zero_equals_simclr(mode):
 
 
 def test_ifnd_labels_change_the_loss():
-    _, ifnd = _tiny_pair(loss_mode='elim')
+    _, ifnd = _tiny_pair(treatment='elim')
     ifnd.label_bank.reset(1, 16)
     views = [torch.rand(16, 3, 16, 16), torch.rand(16, 3, 16, 16)]
     samples = {'index': torch.arange(16), 'label': torch.zeros(16, dtype=torch.long)}

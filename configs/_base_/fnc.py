@@ -7,7 +7,7 @@
 support_views = 2
 _fnc_model = dict(
     type='FNC',
-    strategy='elim',
+    treatment='elim',
     num_support_views=support_views,
     # top_k = 5 images per anchor: a batch of 256 holds about 25 of its class (13 at batch 128,
     # 6 at the digits' 64).

@@ -3,7 +3,7 @@
 _base_ = ['../simclr/simclr_r18_demo_fmnist.py', '../_base_/pseudo_labels.py',
           '../_base_/fn_detection.py']
 
-model = dict(type='IFND', loss_mode='elim')
+model = dict(type='IFND')
 pseudo_label_hook = dict(
     _base_.pseudo_label_hook, num_clusters=[10, 30, 100], interval=2,
     pipeline=_base_.eval_pipeline,

@@ -3,7 +3,7 @@
 _base_ = ['../simclr/simclr_r50_1000e_cifar10.py', '../_base_/pseudo_labels.py',
           '../_base_/fn_detection.py']
 
-model = dict(type='IFND', loss_mode='elim')
+model = dict(type='IFND')
 pseudo_label_hook = dict(
     _base_.pseudo_label_hook, num_clusters=[10, 30, 100], interval=20,
     pipeline=_base_.eval_pipeline)

@@ -2,4 +2,4 @@
 # as IFND and SupCon; it shows what removing every false negative can give on this data.
 _base_ = ['../simclr/simclr_r50_1000e_cifar100.py']
 
-model = dict(type='OracleElim', loss_mode='elim')
+model = dict(type='OracleElim')

@@ -2,7 +2,7 @@
 # epoch 100, {2500, 5000, 10000} clusters, PCL's per-cluster concentration as the confidence.
 _base_ = ['../simclr/simclr_r50_1000e_cifar100.py', '../_base_/pseudo_labels.py']
 
-model = dict(type='PCL', loss_mode='inst')
+model = dict(type='PCL')
 pseudo_label_hook = dict(
     _base_.pseudo_label_hook, num_clusters=[2500, 5000, 10000], interval=20,
     scheme='step', step_epoch=100, confidence='pcl', pipeline=_base_.eval_pipeline)

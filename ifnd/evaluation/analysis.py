@@ -288,6 +288,7 @@ def load_feature_model(path: str, feature: str | None = 'z', config: str | None 
     from ifnd.fileio.checkpoint import check_weights
     from ifnd.models.architecture import checkpoint_architecture
     from ifnd.models.encoder import load_checkpoint_file, load_encoder
+    from ifnd.models.former_names import translate_former_names
     from ifnd.registry import MODELS
     if feature not in (None, 'f', 'z'):
         raise ValueError(f"feature must be 'f' (backbone) or 'z' (projection), got {feature!r}")
@@ -301,7 +302,8 @@ def load_feature_model(path: str, feature: str | None = 'z', config: str | None 
         feature = (find_hook(cfg, 'PseudoLabelHook') or {}).get('feature', 'z')
     if feature == 'f':
         return FeatureModel(load_encoder(path, model_name, **backbone_kwargs), cfg, meta, 'f')
-    model_cfg = checkpoint_architecture(checkpoint, path) or cfg.get('model', None)
+    model_cfg = checkpoint_architecture(checkpoint, path) or translate_former_names(
+        cfg.get('model', None), f'config {config}')
     if model_cfg is None:
         raise ValueError(f'no model config for {path}: feature z needs the config it was trained '
                          'with')

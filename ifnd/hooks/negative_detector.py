@@ -42,7 +42,7 @@ class NegativeDetectorHook(Hook):
                                   'in this run, which trains as if it had no detector; lower the '
                                   'setting or raise train_cfg.max_epochs')
         labels = getattr(dataset, 'labels', None)
-        if hasattr(detector, 'set_classes') and labels is not None:
+        if detector.needs.classes and labels is not None:
             detector.set_classes(torch.as_tensor(np.asarray(labels), dtype=torch.long, device=device))
 
     def before_train_epoch(self, runner) -> None:

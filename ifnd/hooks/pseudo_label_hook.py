@@ -113,8 +113,8 @@ class PseudoLabelHook(Hook):
         bank = getattr(model, 'label_bank', None)
         if bank is None:
             raise TypeError(f'PseudoLabelHook needs an algorithm with pseudo labels (IFND, '
-                            f"IFNDMoCo, PCL); {type(model).__name__} has label_source="
-                            f'{getattr(model, "label_source", None)!r}')
+                            f"IFNDMoCo, PCL, or detector=dict(type='PseudoLabels')); "
+                            f'{type(model).__name__} keeps none: remove the hook from custom_hooks')
         idle = idle_schedule('PseudoLabelHook', runner.max_epochs, self.scheme, self.final_rate,
                              self.step_epoch, self.interval)
         if idle:  # known only now (train_cfg.max_epochs)

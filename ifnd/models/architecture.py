@@ -27,6 +27,7 @@ from mmengine.logging import print_log
 
 from ifnd.fileio import checkpoint_config, config_data
 from ifnd.registry import MODELS, parameter_types
+from ifnd.models.former_names import translate_former_names
 
 # Largest width, length or count a checkpoint may ask for: far above any real architecture
 # (ResNet-50's widest layer is 2048, MoCo's queue 65536), far below an allocation that hurts.
@@ -129,8 +130,8 @@ MODEL_KEYS = dict(
     detector=DETECTOR_KEYS, treatment=_optional(_name), weighting=WEIGHTING_KEYS,
     type=_registered('ContrastiveAlgorithm', 'Encoder', 'ImageClassifier'),
     backbone=BACKBONE_KEYS, neck=NECK_KEYS, data_preprocessor=PREPROCESSOR_KEYS,
-    temperature=_real, loss_mode=_name, label_source=_name, queue_len=_size, momentum=_real,
-    bn_splits=_size, tau_plus=_real, beta=_real, proto_weight=_real, strategy=_name,
+    temperature=_real, queue_len=_size, momentum=_real,
+    bn_splits=_size, tau_plus=_real, beta=_real, proto_weight=_real,
     num_support_views=_size, top_k=_optional(_size), threshold=_optional(_real), aggregation=_name,
     num_classes=_size, frozen=_flag, head_norm=_flag)
 
@@ -296,6 +297,10 @@ def architecture_config(model: Any, source: str = 'checkpoint', ignored: tuple =
     """
     dropped = list(ignored)
     try:
+        try:
+            model = translate_former_names(model, source)
+        except ValueError as err:
+            raise _Refused(str(err)) from None
         kept = _keep(copy.deepcopy(model), MODEL_KEYS, 'model', dropped)
         if 'type' not in kept:
             raise _Refused('model names no type')

@@ -14,37 +14,12 @@ from mmengine.dist import get_dist_info
 from mmengine.model import BaseModel
 
 from ifnd.dist import gather_no_grad, gather_with_grad
-from ifnd.models.false_negatives import (NegativeBatch, PseudoLabelBank, PseudoLabels,
+from ifnd.models.false_negatives import (DetectorNeeds, NegativeBatch, PseudoLabelBank,
                                          build_weighting, check_parts, flagged_loss)
 from ifnd.models.false_negatives.settings import check_logit_scale, check_temperature
 from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
-from ifnd.models.losses import (candidate_logits, check_candidates, check_mode,
-                                false_negative_detection_counts)
+from ifnd.models.losses import candidate_logits, check_candidates, false_negative_detection_counts
 from ifnd.registry import MODELS
-
-# The parts' former spelling, which configs and checkpoints still use: a label source and a mode.
-LABEL_SOURCES = {'none': None, 'pseudo': 'PseudoLabels', 'ground_truth': 'GroundTruth'}
-
-
-def parts_from_modes(loss_mode: str | None, label_source: str | None, detector: dict | None,
-                     treatment: str | None) -> tuple[dict | None, str | None, bool]:
-    """(detector, treatment, keeps_label_bank) from either the parts or ``loss_mode``/``label_source``."""
-    if loss_mode is None and label_source is None:
-        return detector, treatment, False
-    if detector is not None or treatment is not None:
-        raise ValueError('give the false-negative parts either as detector=/treatment= or as '
-                         'loss_mode=/label_source=, not both')
-    loss_mode, label_source = loss_mode or 'inst', label_source or 'none'
-    if label_source not in LABEL_SOURCES:
-        raise ValueError(f'label_source must be one of {tuple(LABEL_SOURCES)}, got {label_source!r}')
-    check_mode(loss_mode)
-    if label_source == 'none' and loss_mode != 'inst':
-        raise ValueError(f"loss_mode={loss_mode!r} needs labels: set label_source='pseudo' "
-                         "(IFND) or 'ground_truth' (SupCon)")
-    if loss_mode == 'inst':  # labels held (PCL's prototypes) but no negative flagged
-        return None, None, label_source == 'pseudo'
-    return dict(type=LABEL_SOURCES[label_source]), loss_mode, label_source == 'pseudo'
-
 
 class ContrastiveAlgorithm(BaseModel):
     """Backbone f, projection head g, and the detector, treatment and weighting of negatives."""
@@ -57,14 +32,11 @@ class ContrastiveAlgorithm(BaseModel):
 
     def __init__(self, backbone: dict, neck: dict, temperature: float,
                  detector: dict | None = None, treatment: str | None = None,
-                 weighting: dict | None = None, loss_mode: str | None = None,
-                 label_source: str | None = None, data_preprocessor: dict | None = None,
+                 weighting: dict | None = None, data_preprocessor: dict | None = None,
                  init_cfg: dict | None = None) -> None:
         # Built here, in this scope, so the model also builds without init_default_scope('ifnd').
         data_preprocessor = MODELS.build(data_preprocessor or dict(type='ContrastiveDataPreprocessor'))
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
-        detector, treatment, keeps_bank = parts_from_modes(loss_mode, label_source, detector,
-                                                           treatment)
         check_parts(detector, treatment, weighting)
         name = type(self).__name__
         self.temperature = check_temperature(name, temperature)
@@ -77,27 +49,17 @@ class ContrastiveAlgorithm(BaseModel):
         neck.setdefault('in_dim', self.backbone.out_dim)
         self.neck = MODELS.build(neck)
         self.detector = None if detector is None else MODELS.build(detector)
-        if isinstance(self.detector, PseudoLabels) or keeps_bank or self.uses_prototypes:
+        # What the detector needs from this algorithm and the data, asked here and by the hooks.
+        self.needs = DetectorNeeds() if self.detector is None else self.detector.needs
+        if self.needs.label_bank or self.uses_prototypes:
             self.label_bank = PseudoLabelBank()
-        if isinstance(self.detector, PseudoLabels):
+        if self.needs.label_bank:
             self.detector.attach(self.label_bank)
         # Counts [levels, 3] of the negatives the loss flags, summed on the device while
         # FalseNegativeDetectionHook sets ``track_detection``. A plain attribute, not a buffer:
         # DDP would overwrite every rank's counts with rank 0's at each forward.
         self.track_detection = False
         self.detection_counts: torch.Tensor | None = None
-
-    @property
-    def loss_mode(self) -> str:
-        """The treatment as the former loss mode ('inst' when nothing is treated)."""
-        return self.treatment or 'inst'
-
-    @property
-    def label_source(self) -> str:
-        """Where labels come from: 'pseudo' (a label bank), 'ground_truth' or 'none'."""
-        if hasattr(self, 'label_bank'):
-            return 'pseudo'
-        return 'ground_truth' if getattr(self.detector, 'needs_classes', False) else 'none'
 
     def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
         """Backbone features f(x)."""
@@ -132,7 +94,7 @@ class ContrastiveAlgorithm(BaseModel):
         raise NotImplementedError
 
     def _check_views(self, inputs: list[torch.Tensor]) -> None:
-        support = getattr(self.detector, 'support_views', 0)
+        support = self.needs.support_views
         if support and len(inputs) != 2 + support:
             raise ValueError(f'{type(self.detector).__name__} with num_support_views={support} '
                              f'needs {2 + support} views per image (2 + S), the pipeline gave '
@@ -145,14 +107,14 @@ class ContrastiveAlgorithm(BaseModel):
     def _sample_index(self, data_samples: dict, num: int, device: torch.device) -> torch.Tensor | None:
         """The batch's sample indices; required by detectors with per-sample state."""
         index = data_samples.get('index')
-        if index is None and self.detector is not None and self.detector.needs_index:
+        if index is None and self.needs.sample_index:
             raise ValueError(f"{type(self.detector).__name__} keeps per-sample state and needs "
                              "data_samples['index'] (the data sets of ifnd give it)")
         return None if index is None else index.to(device)
 
     def _classes(self, data_samples: dict) -> torch.Tensor | None:
         classes = data_samples.get('label')
-        if classes is None and getattr(self.detector, 'needs_classes', False):
+        if classes is None and self.needs.classes:
             raise ValueError('the GroundTruth detector (SupCon, OracleElim) needs a data set with '
                              'labels: every training image needs its class')
         return classes
@@ -189,7 +151,7 @@ class SimCLR(ContrastiveAlgorithm):
     @torch.no_grad()
     def support_embeddings(self, inputs: list[torch.Tensor], num: int) -> torch.Tensor | None:
         """Support views ``[M, S, D]`` (FNC): no gradient, one forward of their own."""
-        support = getattr(self.detector, 'support_views', 0)
+        support = self.needs.support_views
         if not support:
             return None
         # Their BN statistics are their own batch's, as a separate crop group.

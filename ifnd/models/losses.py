@@ -1,9 +1,9 @@
 """Contrastive losses with pseudo-label aware false-negative handling: the equations the models run.
 
 One masked InfoNCE (:func:`masked_nce`) covers the three objectives of IFND (Chen et al., ICLR
-2022):
+2022), by the treatment of the flagged false negatives:
 
-* ``'inst'`` -- instance discrimination, Eq. ``eq:contrastive``: the positive of anchor ``i`` is
+* ``None`` -- instance discrimination, Eq. ``eq:contrastive``: the positive of anchor ``i`` is
   its other view ``i'``, every other candidate is a negative.
 * ``'elim'`` -- false-negative elimination, Eq. ``eq:elimination``: flagged candidates (those that
   share the anchor's pseudo label, other than ``i'``) leave the denominator.
@@ -41,8 +41,8 @@ from torch import Tensor
 from ifnd.models.false_negatives.settings import check_number, check_optional, check_temperature
 
 __all__ = [
-    'LOSS_MODES',
-    'check_mode',
+    'TREATMENTS',
+    'check_treatment',
     'masked_nce',
     'check_candidates',
     'candidate_logits',
@@ -52,7 +52,6 @@ __all__ = [
     'check_debiasing',
     'debiased_nce',
     'queue_debiased_loss',
-    'FNC_STRATEGIES',
     'FNC_AGGREGATIONS',
     'check_fnc_options',
     'check_fnc_selection',
@@ -61,13 +60,14 @@ __all__ = [
     'proto_nce_loss',
 ]
 
-LOSS_MODES = ('inst', 'elim', 'attr')
+TREATMENTS = ('elim', 'attr')  # of the flagged false negatives; None: not treated (instance loss)
 
 
-def check_mode(mode: str) -> None:
-    """Refuse a contrastive loss mode other than ``'inst'``, ``'elim'`` and ``'attr'``."""
-    if mode not in LOSS_MODES:
-        raise ValueError(f'unknown contrastive loss mode {mode!r}; valid modes are {LOSS_MODES}')
+def check_treatment(treatment: Optional[str], owner: str = 'the model') -> None:
+    """Refuse a treatment other than ``None``, ``'elim'`` and ``'attr'``, naming the fix."""
+    if treatment is not None and (not isinstance(treatment, str) or treatment not in TREATMENTS):
+        raise ValueError(f'{owner}: treatment must be None or one of {TREATMENTS} (elimination or '
+                         f'attraction of the flagged false negatives), got {treatment!r}')
 
 
 def _as_levels(labels: Optional[Tensor], length: int, name: str) -> Optional[Tensor]:
@@ -123,9 +123,9 @@ def candidate_logits(anchors: Tensor, candidates: Tensor, positive_index: Tensor
 
 
 def masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor],
-               flagged: Optional[Tensor], mode: str,
+               flagged: Optional[Tensor], treatment: Optional[str],
                all_levels_if: Optional[Tensor] = None) -> Tensor:
-    """Per-anchor InfoNCE ``[A]`` with flagged false negatives treated by ``mode``, level mean.
+    """Per-anchor InfoNCE ``[A]`` with flagged false negatives treated by ``treatment``, level mean.
 
     Args:
         logits: similarities / τ ``[A, C]``.
@@ -134,18 +134,18 @@ def masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor
             -inf once; None: none.
         flagged: the false negatives per level ``[L, A, C]``, edited in place (callers pass a
             fresh mask); None: none.
-        mode: ``'inst'``, ``'elim'`` (flagged leave the denominator) or ``'attr'`` (flagged join
-            the positives).
+        treatment: ``None`` (instance loss), ``'elim'`` (flagged leave the denominator) or
+            ``'attr'`` (flagged join the positives).
         all_levels_if: a 0-d bool tensor; where it is False, level 0 alone is returned (chosen on
             the device, no host sync).
     """
     base = logits if excluded is None else logits.masked_fill(excluded, float('-inf'))
     pos_column = positive_index.unsqueeze(1)
-    if flagged is None or mode == 'inst':
+    if flagged is None or treatment is None:
         return torch.logsumexp(base, dim=1) - logits.gather(1, pos_column).squeeze(1)
     levels = flagged.shape[0]
     level_pos = pos_column.unsqueeze(0).expand(levels, -1, -1)
-    if mode == 'elim':
+    if treatment == 'elim':
         # Eq. eq:elimination: flagged candidates leave the denominator, the own positive stays.
         flagged.scatter_(2, level_pos, False)
         per_level = torch.logsumexp(base.unsqueeze(0).masked_fill(flagged, float('-inf')), dim=2)
@@ -181,8 +181,8 @@ def contrastive_loss(z1: Tensor,
                      z2: Tensor,
                      labels: Optional[Tensor] = None,
                      temperature: float = 0.1,
-                     mode: str = 'inst') -> Tensor:
-    """SimCLR-style batch contrastive loss over the 2M views, with pseudo-label modes.
+                     treatment: Optional[str] = None) -> Tensor:
+    """SimCLR-style batch contrastive loss over the 2M views, label-sharing views treated.
 
     ``z1``, ``z2`` [M, D]: L2-normalised embeddings of two views of the same M images.
     ``labels``: ``None`` (instance labels), [M] or [L, M] pseudo labels per image.
@@ -190,16 +190,16 @@ def contrastive_loss(z1: Tensor,
     """
     views, positive_index, self_index = batch_views(z1, z2)
     view_labels = _as_levels(labels, z1.shape[0], 'labels')
-    check_mode(mode)
+    check_treatment(treatment, 'contrastive_loss')
     check_candidates(views, views, positive_index, self_index, temperature)
     logits, excluded, positive_index = candidate_logits(views, views, positive_index, self_index,
                                                         temperature)
-    if view_labels is None or mode == 'inst':
-        # With instance labels no candidate shares the anchor's label: all modes equal 'inst'.
-        return masked_nce(logits, positive_index, excluded, None, 'inst').mean()
+    if view_labels is None or treatment is None:
+        # With instance labels no candidate shares the anchor's label: every treatment is None.
+        return masked_nce(logits, positive_index, excluded, None, None).mean()
     view_labels = torch.cat([view_labels, view_labels], dim=1).to(logits.device)
     same = view_labels.unsqueeze(2) == view_labels.unsqueeze(1)  # [L, 2M, 2M]
-    return masked_nce(logits, positive_index, excluded, same, mode).mean()
+    return masked_nce(logits, positive_index, excluded, same, treatment).mean()
 
 
 def queue_logits(q: Tensor, k: Tensor, queue: Tensor, temperature: float,
@@ -331,16 +331,16 @@ def queue_debiased_loss(q: Tensor,
     return debiased_nce(pos, neg, temperature, tau_plus, beta).mean()
 
 
-FNC_STRATEGIES = ('elim', 'attr')
 FNC_AGGREGATIONS = ('mean', 'max')
 
 
-def check_fnc_options(strategy: str, top_k: Optional[int], threshold: Optional[float],
+def check_fnc_options(treatment: str, top_k: Optional[int], threshold: Optional[float],
                       aggregation: str) -> None:
     """Refuse FNC settings that cannot work, naming the fix."""
-    if strategy not in FNC_STRATEGIES:
-        raise ValueError(f'FNC strategy must be one of {FNC_STRATEGIES} (elimination or '
-                         f'attraction), got {strategy!r}')
+    if treatment is None:
+        raise ValueError(f"FNC needs a treatment, one of {TREATMENTS} (elimination or attraction of "
+                         "what its support views flag); for no treatment use type='SimCLR'")
+    check_treatment(treatment, 'FNC')
     check_fnc_selection(top_k, threshold, aggregation)
 
 

@@ -39,7 +39,7 @@ class MoCoV2(ContrastiveAlgorithm):
         bn_splits = check_number(name, 'bn_splits', bn_splits, int, low=1,
                                  hint="groups of the key encoder's BN statistics")
         super().__init__(backbone, neck, temperature, **kwargs)
-        if getattr(self.detector, 'batch_only', False):
+        if self.needs.batch_only:
             raise ValueError(f'the {type(self.detector).__name__} detector scores both views of '
                              "each candidate image, and MoCo's queue keeps one: use it on the "
                              "SimCLR base (type='SimCLR'), or detector=dict(type='PseudoLabels'), "

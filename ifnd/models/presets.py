@@ -26,6 +26,16 @@ from ifnd.registry import MODELS
 PARTS = ('detector', 'treatment', 'weighting')
 
 
+class _PresetDefault:
+    """The type of :data:`PRESET`: the preset's own treatment, whatever it is."""
+
+    def __repr__(self) -> str:
+        return 'PRESET'
+
+
+PRESET = _PresetDefault()
+
+
 def _fixed_parts(name: str, kwargs: dict) -> None:
     # A preset fixes its parts: changing one is another method, written with the base's parts.
     given = [key for key in PARTS if key in kwargs]
@@ -36,51 +46,41 @@ def _fixed_parts(name: str, kwargs: dict) -> None:
                          'weighting= (docs/methods.md)')
 
 
-def _refuse_labels(name: str, kwargs: dict) -> None:
-    # These methods handle false negatives themselves: a label-masked loss mode would be ignored.
-    _fixed_parts(name, kwargs)
-    mode, source = kwargs.get('loss_mode', 'inst'), kwargs.get('label_source', 'none')
-    if mode != 'inst' or source != 'none':
-        raise ValueError(f'{name} handles false negatives itself and takes no labels; remove '
-                         f'loss_mode={mode!r} / label_source={source!r} from its config (IFND, '
-                         'SupCon and OracleElim are the label-based methods)')
-    kwargs.pop('loss_mode', None)
-    kwargs.pop('label_source', None)
-
-
 def _weighting(name: str, tau_plus: float, beta: float, kwargs: dict) -> dict:
     """The validated weighting of a debiased / hard-negative preset, which takes no labels."""
-    _refuse_labels(name, kwargs)
+    _fixed_parts(name, kwargs)
     check_debiasing(tau_plus, beta, name)
     return dict(type='hard' if beta > 0 else 'debiased', tau_plus=float(tau_plus),
                 **({'beta': float(beta)} if beta > 0 else {}))
 
 
 class _LabelPreset:
-    """A preset whose loss and labels are fixed by ``loss_mode`` and ``label_source``."""
+    """A preset whose detector is fixed (IFND's pseudo labels, the oracles' classes); its treatment
+    is the preset's own unless ``treatment=`` names another (the paper's attraction ablation)."""
 
-    loss_mode_default: str
-    label_source_default: str
+    detector_type: str
+    treatment_default: str | None
 
-    def __init__(self, backbone: dict, neck: dict, **kwargs) -> None:
+    def __init__(self, backbone: dict, neck: dict, treatment: str | None | _PresetDefault = PRESET,
+                 **kwargs) -> None:
         _fixed_parts(type(self).__name__, kwargs)
-        kwargs.setdefault('loss_mode', self.loss_mode_default)
-        kwargs.setdefault('label_source', self.label_source_default)
-        super().__init__(backbone, neck, **kwargs)
+        treatment = self.treatment_default if treatment is PRESET else treatment
+        detector = None if treatment is None else dict(type=self.detector_type)
+        super().__init__(backbone, neck, detector=detector, treatment=treatment, **kwargs)
 
 
 @MODELS.register_module()
 class IFND(_LabelPreset, SimCLR):
     """IFND on the SimCLR base: pseudo labels from clustering, false negatives eliminated."""
 
-    loss_mode_default, label_source_default = 'elim', 'pseudo'
+    detector_type, treatment_default = 'PseudoLabels', 'elim'
 
 
 @MODELS.register_module()
 class SupCon(_LabelPreset, SimCLR):
     """SupCon, the oracle: attraction loss with ground-truth labels."""
 
-    loss_mode_default, label_source_default = 'attr', 'ground_truth'
+    detector_type, treatment_default = 'GroundTruth', 'attr'
 
 
 @MODELS.register_module()
@@ -92,7 +92,7 @@ class OracleElim(_LabelPreset, SimCLR):
     "elimination does not help here".
     """
 
-    loss_mode_default, label_source_default = 'elim', 'ground_truth'
+    detector_type, treatment_default = 'GroundTruth', 'elim'
 
 
 @MODELS.register_module()
@@ -100,7 +100,7 @@ class PCL(_LabelPreset, SimCLR):
     """PCL on the SimCLR base: instance InfoNCE plus ProtoNCE over the accepted samples."""
 
     uses_prototypes = True
-    loss_mode_default, label_source_default = 'inst', 'pseudo'
+    detector_type, treatment_default = 'PseudoLabels', None
 
     def __init__(self, backbone: dict, neck: dict, proto_weight: float = 1.0, **kwargs) -> None:
         super().__init__(backbone, neck, **kwargs)
@@ -108,7 +108,7 @@ class PCL(_LabelPreset, SimCLR):
                                          hint="the prototype term's weight")
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
-        """Instance term (of ``loss_mode``) plus the prototype term of ProtoNCE."""
+        """Instance term (with its treatment, if any) plus the prototype term of ProtoNCE."""
         z1, z2 = self.embed_views(inputs)
         losses = self.batch_losses(z1, z2, data_samples)
         bank = self.label_bank
@@ -164,20 +164,19 @@ class FNC(SimCLR):
 
     Each image comes with ``num_support_views`` (S) extra views (``MultiView(num_views=2 + S)``);
     the :class:`~ifnd.models.false_negatives.SupportViews` detector flags each anchor image's
-    ``top_k`` best-scored images (or those above ``threshold``), and ``strategy='elim'`` drops
+    ``top_k`` best-scored images (or those above ``threshold``), and ``treatment='elim'`` drops
     them from the denominator, ``'attr'`` makes them positives.
     """
 
     def __init__(self, backbone: dict, neck: dict, temperature: float = 0.5,
-                 strategy: str = 'elim', num_support_views: int = 2, top_k: int | None = 5,
+                 treatment: str = 'elim', num_support_views: int = 2, top_k: int | None = 5,
                  threshold: float | None = None, aggregation: str = 'mean', **kwargs) -> None:
-        _refuse_labels(type(self).__name__, kwargs)
-        check_fnc_options(strategy, top_k, threshold, aggregation)
+        _fixed_parts(type(self).__name__, kwargs)
+        check_fnc_options(treatment, top_k, threshold, aggregation)
         detector = dict(type='SupportViews', num_support_views=num_support_views, top_k=top_k,
                         threshold=threshold, aggregation=aggregation)
-        super().__init__(backbone, neck, temperature, detector=detector, treatment=strategy,
+        super().__init__(backbone, neck, temperature, detector=detector, treatment=treatment,
                          **kwargs)
-        self.strategy = strategy
         self.num_support_views = num_support_views
         self.top_k, self.threshold, self.aggregation = top_k, threshold, aggregation
 
@@ -186,7 +185,7 @@ class FNC(SimCLR):
 class IFNDMoCo(_LabelPreset, MoCoV2):
     """IFND on the MoCo v2 base: queue keys sharing the query's pseudo label are eliminated."""
 
-    loss_mode_default, label_source_default = 'elim', 'pseudo'
+    detector_type, treatment_default = 'PseudoLabels', 'elim'
 
 
 @MODELS.register_module()

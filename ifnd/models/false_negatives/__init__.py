@@ -12,7 +12,7 @@
   naming the part, the key, the value and what it takes.
 """
 from .acceptance import ACCEPTANCE_SCHEMES, AcceptanceSchedule, acceptance_rate
-from .detector import FalseNegativeDetector, NegativeBatch
+from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .glofnd import GloFND
 from .ground_truth import GroundTruth
 from .label_bank import PseudoLabelBank
@@ -22,7 +22,7 @@ from .support_views import SupportViews
 from .treatment import TREATMENTS, WEIGHTINGS, build_weighting, check_parts, flagged_loss
 
 __all__ = [
-    'ACCEPTANCE_SCHEMES', 'AcceptanceSchedule', 'acceptance_rate', 'FalseNegativeDetector',
+    'ACCEPTANCE_SCHEMES', 'AcceptanceSchedule', 'acceptance_rate', 'DetectorNeeds', 'FalseNegativeDetector',
     'NegativeBatch', 'GloFND', 'GroundTruth', 'PseudoLabelBank', 'PseudoLabels', 'PerSampleState',
     'SupportViews', 'TREATMENTS', 'WEIGHTINGS', 'build_weighting', 'check_parts', 'flagged_loss',
 ]

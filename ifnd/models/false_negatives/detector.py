@@ -5,7 +5,7 @@ for false negatives (negatives of the anchor's own class); a treatment (``treatm
 eliminates or attracts them. Detectors are registered in ``MODELS`` and built from the
 algorithm's ``detector=dict(type=...)``.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -39,6 +39,18 @@ class NegativeBatch:
     own_image: torch.Tensor | None = None  # each local image's column among the candidate images
 
 
+@dataclass(frozen=True)
+class DetectorNeeds:
+    """What a detector needs from its algorithm and the data, declared once by the detector and
+    asked by the algorithms (SimCLR, MoCo) and the hooks."""
+
+    label_bank: bool = False  # reads the algorithm's PseudoLabelBank (filled by PseudoLabelHook)
+    sample_index: bool = False  # keeps per-sample state: data_samples['index']
+    classes: bool = False  # reads the ground-truth classes (an oracle)
+    support_views: int = 0  # extra views per image, embedded without gradient (FNC)
+    batch_only: bool = False  # flags only among the batch's views (not MoCo's queue)
+
+
 class FalseNegativeDetector(nn.Module):
     """Base of the detectors: flags ``[L, A, C]`` (L levels) or None before anything is flagged.
 
@@ -47,11 +59,8 @@ class FalseNegativeDetector(nn.Module):
     :class:`ifnd.hooks.NegativeDetectorHook` before training and before each epoch.
     """
 
-    needs_classes = False  # reads the ground-truth classes (an oracle)
-    needs_index = False  # reads sample indices (per-sample state)
-    support_views = 0  # extra views per image, embedded without gradient
-    batch_only = False  # flags only among the batch's views (not MoCo's queue)
-    levels = 1
+    needs = DetectorNeeds()  # a subclass declares its own; an acceptance adds sample_index
+    levels = 1  # label granularities of the flags' first dimension
     # The keys a config may set inside dict-valued arguments, with their types: read by the config
     # checks of tools/train.py (``--cfg-options model.detector.acceptance.seed=1``).
     config_dict_options = {'acceptance': ACCEPTANCE_OPTIONS}
@@ -63,9 +72,14 @@ class FalseNegativeDetector(nn.Module):
             owner = f'{type(self).__name__} acceptance'
             check_options(owner, acceptance, ACCEPTANCE_OPTIONS)
             self.acceptance = AcceptanceSchedule(**acceptance, owner=owner)
+            self.needs = replace(self.needs, sample_index=True)  # the schedule orders samples
         self.epoch = 0
         self.max_epochs = 0
         self.num_samples = 0
+
+    def attach(self, bank) -> None:
+        """Receive the algorithm's label bank; called where ``needs.label_bank``."""
+        raise TypeError(f'{type(self).__name__} declares needs.label_bank but reads no label bank')
 
     def setup(self, num_samples: int, max_epochs: int, device: torch.device) -> None:
         """Size per-sample state for ``num_samples`` training samples."""
@@ -87,7 +101,7 @@ class FalseNegativeDetector(nn.Module):
     def check_ready(self) -> None:
         """Refuse a step before the hook set the detector up, naming the fix."""
         if self.acceptance is not None and not self.acceptance.ready or \
-                self.needs_index and self.num_samples == 0:
+                self.needs.sample_index and self.num_samples == 0:
             raise RuntimeError(f'{type(self).__name__} was not set up: add '
                                "dict(type='NegativeDetectorHook') to default_hooks (it is in "
                                'configs/_base_/default_runtime.py) or call detector.setup()')

@@ -18,7 +18,7 @@ import torch
 from ifnd.dist import gather_no_grad
 from ifnd.registry import MODELS
 
-from .detector import FalseNegativeDetector, NegativeBatch
+from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .sample_state import PerSampleState
 from .settings import check_number
 
@@ -27,7 +27,7 @@ from .settings import check_number
 class GloFND(FalseNegativeDetector, PerSampleState):
     """Flags the negatives above each anchor's learned threshold λ_i."""
 
-    needs_index = True
+    needs = DetectorNeeds(sample_index=True)
 
     def __init__(self, alpha: float = 0.01, start_epoch: int = 0, lr: float = 0.05,
                  betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8,

@@ -10,18 +10,17 @@ import torch
 
 from ifnd.registry import MODELS
 
-from .detector import FalseNegativeDetector, NegativeBatch
+from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 
 
 @MODELS.register_module()
 class GroundTruth(FalseNegativeDetector):
     """Flags the candidates whose class equals the anchor's (a supervised oracle)."""
 
-    needs_classes = True
+    needs = DetectorNeeds(classes=True)
 
     def __init__(self, acceptance: dict | None = None) -> None:
         super().__init__(acceptance)
-        self.needs_index = acceptance is not None
         self._checked = False
         self._classes: torch.Tensor | None = None  # the training set's labels, by sample index
 

@@ -8,7 +8,7 @@ import torch
 
 from ifnd.registry import MODELS
 
-from .detector import FalseNegativeDetector, NegativeBatch
+from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .label_bank import PseudoLabelBank
 
 
@@ -16,7 +16,7 @@ from .label_bank import PseudoLabelBank
 class PseudoLabels(FalseNegativeDetector):
     """Flags the candidates whose pseudo label equals the anchor's, per clustering level."""
 
-    needs_index = True
+    needs = DetectorNeeds(label_bank=True, sample_index=True)
 
     def __init__(self) -> None:
         super().__init__()

@@ -5,12 +5,14 @@ Each image comes with S extra views embedded without gradient; the other images 
 aggregated by ``'mean'`` or ``'max'``; the ``top_k`` best-scored images, or those above
 ``threshold``, are flagged, both views alike.
 """
+import dataclasses
+
 import torch
 
 from ifnd.models.losses import check_fnc_selection, fnc_false_negatives
 from ifnd.registry import MODELS
 
-from .detector import FalseNegativeDetector, NegativeBatch
+from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .settings import check_number
 
 
@@ -18,7 +20,8 @@ from .settings import check_number
 class SupportViews(FalseNegativeDetector):
     """Flags each anchor image's ``top_k`` (or above-``threshold``) images by support views."""
 
-    batch_only = True  # scores the two views of candidate images: MoCo's queued keys have one
+    # Scores the two views of candidate images (MoCo's queued keys have one): the batch only.
+    needs = DetectorNeeds(batch_only=True)
 
     def __init__(self, num_support_views: int = 2, top_k: int | None = 5,
                  threshold: float | None = None, aggregation: str = 'mean',
@@ -28,8 +31,7 @@ class SupportViews(FalseNegativeDetector):
         check_number('FNC', 'num_support_views', num_support_views, int, low=1,
                      hint='the support views S it finds false negatives with; give the training '
                      'pipeline MultiView(num_views=2 + S)')
-        self.needs_index = acceptance is not None
-        self.support_views = num_support_views
+        self.needs = dataclasses.replace(self.needs, support_views=num_support_views)
         self.top_k, self.threshold, self.aggregation = top_k, threshold, aggregation
         self._flagged_per_image: torch.Tensor | None = None
 

@@ -19,9 +19,8 @@ Both weightings estimate the negatives' term for one positive, so they combine w
 import torch
 from torch import Tensor
 
-from ifnd.models.losses import check_debiasing, debiased_nce, masked_nce
+from ifnd.models.losses import TREATMENTS, check_debiasing, check_treatment, debiased_nce, masked_nce
 
-TREATMENTS = ('elim', 'attr')
 WEIGHTINGS = {'debiased': dict(tau_plus=0.1), 'hard': dict(tau_plus=0.1, beta=1.0)}
 # A weighting=dict(...)'s keys and their types (also read by the config checks of tools/train.py).
 WEIGHTING_OPTIONS = {'type': str, 'tau_plus': float, 'beta': float}
@@ -50,9 +49,7 @@ def build_weighting(weighting: dict | None, owner: str = 'the model') -> dict | 
 
 def check_parts(detector: dict | None, treatment: str | None, weighting: dict | None) -> None:
     """Refuse combinations of detector, treatment and weighting that have no meaning."""
-    if treatment is not None and treatment not in TREATMENTS:
-        raise ValueError(f'treatment must be None or one of {TREATMENTS} (elimination, '
-                         f'attraction), got {treatment!r}')
+    check_treatment(treatment)
     if treatment is not None and detector is None:
         raise ValueError(f'treatment={treatment!r} acts on flagged negatives, and nothing flags '
                          "them: add a detector (dict(type='PseudoLabels') for IFND, 'GloFND', "
@@ -79,7 +76,7 @@ def flagged_loss(logits: Tensor, positive_index: Tensor, excluded: Tensor | None
     """
     if flags is None or treatment is None:
         if weighting is None:
-            return masked_nce(logits, positive_index, excluded, None, 'inst')
+            return masked_nce(logits, positive_index, excluded, None, None)
         return _weighted(logits, positive_index, excluded, None, weighting, temperature)
     if weighting is None:
         # A copy: the masked core edits its mask in place.
