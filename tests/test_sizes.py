@@ -21,9 +21,7 @@ MAX_FUNCTION_LINES = 60
 LONG_FILES: set[str] = set()
 LONG_FUNCTIONS: set[str] = set()
 # Import circles today, to be untangled: the modules along each.
-CIRCLES = {
-    frozenset({'ifnd.models.architecture', 'ifnd.models.encoder'}),
-}
+CIRCLES: set[frozenset] = set()
 
 
 def relative(path: Path) -> str:

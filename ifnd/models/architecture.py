@@ -275,8 +275,8 @@ def _weights_differences(module, checkpoint: dict, source: str) -> str:
     An ``Encoder`` (a backbone-only file's model) is compared with the backbone's weights alone.
     """
     from ifnd.fileio.checkpoint import state_differences
-    from ifnd.models.encoder import Encoder, backbone_state  # that module imports this one
-    if isinstance(module, Encoder):
+    from ifnd.fileio.checkpoint_layouts import backbone_state
+    if type(module) is MODELS._module_dict.get('Encoder'):  # a backbone-only file's model
         try:
             return state_differences(module.backbone.model, backbone_state(checkpoint, source))
         except ValueError:

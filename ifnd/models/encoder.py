@@ -16,29 +16,12 @@ from mmengine.model import BaseModel
 
 from ifnd.fileio import read_checkpoint as load_checkpoint_file  # the tools' name for it
 from ifnd.fileio.checkpoint import check_weights
+# Re-exported: the tools and the transfer code read the layouts from here.
+from ifnd.fileio.checkpoint_layouts import (BACKBONE_PREFIXES, CHECKPOINT_LAYOUTS, HEAD_PREFIXES,  # noqa: F401
+                                            backbone_state, key_prefixes)
 from ifnd.models.architecture import checkpoint_architecture
 from ifnd.registry import MODELS
 
-# (where, key prefix of the backbone inside the state dict), tried in this order; the first prefix
-# that some key starts with is the backbone.
-CHECKPOINT_LAYOUTS = (
-    ('ifnd training checkpoint', 'backbone.model.'),
-    ('MoCo v1/v2, PCL', 'module.encoder_q.'),
-    ('MoCo v1/v2, PCL (not DataParallel)', 'encoder_q.'),
-    ('MoCo v3', 'module.base_encoder.'),
-    ('MoCo v3 (not DataParallel)', 'base_encoder.'),
-    ('ifnd training checkpoint (DataParallel)', 'module.backbone.model.'),
-    ('solo-learn, mmselfsup/mmpretrain', 'backbone.'),
-    ('VISSL trunk', '_feature_blocks.'),
-    ('DataParallel state dict', 'module.'),
-    ('model wrapper', 'model.'),
-)
-BACKBONE_PREFIXES = tuple(prefix for _, prefix in CHECKPOINT_LAYOUTS)
-# Keys that belong to a classifier or projection head, never to the backbone.
-HEAD_PREFIXES = ('fc.', 'head.', 'classifier.')
-# First key components of a bare (un-prefixed) backbone: torchvision/timm ResNets and timm's others.
-BARE_BACKBONE_KEYS = ('conv1.', 'bn1.', 'layer1.', 'stem.', 'patch_embed.', 'blocks.', 'stages.',
-                      'features.', 'cls_token', 'pos_embed')
 IMAGENET_PREPROCESSOR = dict(type='ContrastiveDataPreprocessor', mean=(0.485, 0.456, 0.406),
                              std=(0.229, 0.224, 0.225))
 # timm ResNet stage widths and stem width when not reduced.
@@ -74,50 +57,6 @@ class Encoder(BaseModel):
         """Backbone features of the first view."""
         views = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
         return self.extract_feat(views)
-
-
-def _tensors(mapping) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in mapping.items() if isinstance(v, torch.Tensor)}
-
-
-def _inner_state(checkpoint: dict) -> dict[str, torch.Tensor]:
-    """The state dict inside a checkpoint's wrappers (VISSL's nesting included)."""
-    classy = checkpoint.get('classy_state_dict')
-    if isinstance(classy, dict):  # VISSL: classy_state_dict.base_model.model.trunk
-        trunk = ((classy.get('base_model') or {}).get('model') or {}).get('trunk')
-        if isinstance(trunk, dict):
-            return _tensors(trunk)
-    for key in ('state_dict', 'model_state_dict', 'model'):
-        if isinstance(checkpoint.get(key), dict) and _tensors(checkpoint[key]):
-            return _tensors(checkpoint[key])
-    return _tensors(checkpoint)
-
-
-def _key_prefixes(keys, depth: int = 2, limit: int = 12) -> str:
-    counts: dict[str, int] = {}
-    for key in keys:
-        prefix = '.'.join(key.split('.')[:depth]) + ('.' if key.count('.') >= depth else '')
-        counts[prefix] = counts.get(prefix, 0) + 1
-    shown = [f'{p} ({n})' for p, n in list(counts.items())[:limit]]
-    return ', '.join(shown) + (f' ... ({len(counts)} in all)' if len(counts) > limit else '')
-
-
-def backbone_state(checkpoint: dict, source: str = 'checkpoint') -> dict[str, torch.Tensor]:
-    """The backbone's weights under timm/torchvision key names, from any supported layout."""
-    state = _inner_state(checkpoint)
-    for prefix in BACKBONE_PREFIXES:
-        if any(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-            break
-    else:
-        if not any(k.startswith(BARE_BACKBONE_KEYS) for k in state):
-            layouts = '; '.join(f'{name}: {prefix}*' for name, prefix in CHECKPOINT_LAYOUTS)
-            raise ValueError(
-                f'{source}: unknown checkpoint layout. Top-level keys: '
-                f'[{", ".join(map(str, list(checkpoint)[:12]))}]; tensor key prefixes: '
-                f'[{_key_prefixes(state) or "none"}]. Layouts read: {layouts}; or a bare '
-                'torchvision/timm state dict. Re-save the backbone under one of these prefixes')
-    return {k: v for k, v in state.items() if not k.startswith(HEAD_PREFIXES)}
 
 
 def _signature(state: dict) -> dict[str, tuple]:
@@ -166,7 +105,7 @@ def infer_backbone_config(state: dict[str, torch.Tensor]) -> dict:
         counts.append(max(blocks) + 1)
     stem = state.get('conv1.weight', state.get('conv1.0.weight'))
     if len(counts) != 4 or stem is None or stem.dim() != 4:
-        raise ValueError(f'the weights are not a ResNet (keys: {_key_prefixes(state, 1, 8)}), so '
+        raise ValueError(f'the weights are not a ResNet (keys: {key_prefixes(state, 1, 8)}), so '
                          f'their architecture cannot be read from them: {MODEL_NAME_HINT}, '
                          'e.g. vit_small_patch16_224')
     bottleneck = 'layer1.0.conv3.weight' in state
