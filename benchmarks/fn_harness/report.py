@@ -145,10 +145,36 @@ def _rounds_table(runs: list[dict]) -> list[str]:
     return lines
 
 
+def _acceptance_table(runs: list[dict]) -> list[str]:
+    """Per round and k: the share of labels accepted and the pair precision / recall of the flags
+    they make (runs whose rounds.json carries them)."""
+    ifnd = [r for r in runs if r['method'] == 'ifnd' and r['rounds']
+            and 'flag_precision' in r['rounds'][-1]['levels'][0]]
+    if not ifnd:
+        return []
+    ks = [lv['k'] for lv in ifnd[0]['rounds'][0]['levels']]
+    lines = ['', 'IFND acceptance per clustering round (mean over seeds), per k: accepted share, '
+             'then the precision / recall (%) of the pairs its labels flag (recall counts every '
+             'same-class pair of the training set).', '',
+             '| after epoch | ' + ' | '.join(f'k={k}' for k in ks) + ' |', '|---:|' + '---:|' * len(ks)]
+    for i, first in enumerate(ifnd[0]['rounds']):
+        rounds = [r['rounds'][i] for r in ifnd if i < len(r['rounds'])]
+
+        def mean(j: int, key: str) -> float:
+            values = [rd['levels'][j].get(key) for rd in rounds]
+            values = [math.nan if v is None else v for v in values]
+            return float(np.mean(values)) if values else math.nan
+        cells = [f"{100 * mean(j, 'accept_rate'):.1f}% · {mean(j, 'flag_precision'):.1f} / "
+                 f"{mean(j, 'flag_recall'):.1f}" for j in range(len(ks))]
+        lines.append(f"| {first['epoch']} | " + ' | '.join(cells) + ' |')
+    return lines
+
+
 def markdown_tables(result: dict) -> str:
     """The comparison table with error bars, per-seed numbers, flagged negatives, IFND's rounds."""
     lines = [_caption(result), '', *_comparison_table(result), *_per_seed_table(result),
-             *_flagged_table(result['runs']), *_rounds_table(result['runs'])]
+             *_flagged_table(result['runs']), *_rounds_table(result['runs']),
+             *_acceptance_table(result['runs'])]
     return '\n'.join(lines)
 
 

@@ -13,6 +13,7 @@ and concentrations (padded to the largest k) to every process.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -23,6 +24,7 @@ from torch import Tensor
 
 from ifnd.dist import gather_shards, shard_index
 
+from .acceptance import EVIDENCE_SCHEMES, accept_confident, accept_stable
 from .kmeans import (BACKEND_TABLE, check_kmeans_options, kmeans_options, multi_level_kmeans,
                      resolve_backend, sharding_backend)
 from .pseudo_labels import accept_labels, cluster_confidence, confidence, pcl_concentration
@@ -118,7 +120,9 @@ def round_seed(seed: int, round_number: int) -> int:
 def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: float,
                      temperature: float, seed: int, kmeans: dict | None = None,
                      confidence_kind: str = 'kappa', concentration_temperature: float | None = None,
-                     num_samples: int | None = None) -> ClusteringRound:
+                     num_samples: int | None = None, evidence: str | None = None,
+                     threshold: float | None = None,
+                     previous: Sequence[Tensor] | None = None) -> ClusteringRound:
     """Cluster ``features`` at every level of ``num_clusters`` and accept the most confident labels.
 
     ``rate``: the fraction accepted per level; ``temperature``: τ of κ; ``seed``: the round's
@@ -127,6 +131,8 @@ def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: flo
     ``concentration_temperature``: also compute PCL's concentration φ, rescaled to this mean τ
     (always computed for ``confidence_kind='pcl'``, which ranks by it); ``num_samples``: the
     features are this process's shard of that many samples (see the module's notes).
+    ``evidence``, ``threshold``, ``previous``: acceptance by the evidence (:func:`accept_level`)
+    instead of the ⌈rate·N⌉ most confident; ``previous``: the last round's assignments per level.
     """
     _check_confidence_kind(confidence_kind)
     sharded = num_samples is not None
@@ -155,13 +161,14 @@ def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: flo
         else:
             kappa = cluster_confidence(phi, res.assignments)
         assigned, kappa = gather(res.assignments), gather(kappa)
-        accepted, threshold = accept_labels(assigned, kappa, rate)
+        accepted, smallest = accept_level(assigned, kappa, rate, evidence, threshold,
+                                          None if previous is None else previous[len(labels)], k)
         confidence_s += time.perf_counter() - tic
         labels.append(accepted)
         assignments.append(assigned)
         confidences.append(kappa)
         concentrations.append(phi)
-        levels.append(_level_stats(k, assigned, accepted, threshold))
+        levels.append(_level_stats(k, assigned, accepted, smallest))
     first = results[0]
     stats = {'seconds_kmeans': kmeans_s, 'kmeans_backend': first.backend,
              'kmeans_device': first.device, 'kmeans_processes': first.num_shards,
@@ -169,6 +176,26 @@ def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: flo
     return ClusteringRound(labels=torch.stack(labels), assignments=assignments,
                            confidences=confidences, centroids=[r.centroids for r in results],
                            concentrations=concentrations, stats=stats)
+
+
+def accept_level(assigned: Tensor, kappa: Tensor, rate: float, evidence: str | None = None,
+                 threshold: float | None = None, previous: Tensor | None = None,
+                 k: int | None = None) -> tuple[Tensor, float]:
+    """One level's accepted labels (others ``-(i + 1)``) and the smallest accepted κ.
+
+    ``'confidence'``: ``threshold`` is the share of the way from chance (κ = 1/k, the level's k)
+    to certainty (κ = 1) a label's κ must reach, so one setting means the same at every level.
+    """
+    if evidence is None:
+        return accept_labels(assigned, kappa, rate)
+    if evidence == 'confidence':
+        chance = 1.0 / k
+        return accept_confident(assigned, kappa, chance + threshold * (1.0 - chance))
+    if evidence == 'stability':
+        labels, _ = accept_stable(assigned, previous)
+        kept = labels >= 0
+        return labels, float(kappa[kept].min()) if bool(kept.any()) else math.inf
+    raise ValueError(f'evidence must be None or one of {EVIDENCE_SCHEMES}, got {evidence!r}')
 
 
 def pad_levels(centroids: Sequence[Tensor], concentrations: Sequence[Tensor],

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ['false_negative_rates', 'detection_precision_recall', 'cluster_quality', 'knn_classify',
-           'knn_accuracy']
+__all__ = ['false_negative_rates', 'pair_precision_recall', 'detection_precision_recall',
+           'cluster_quality', 'knn_classify', 'knn_accuracy']
 
 ArrayLike = Union[Tensor, np.ndarray]
 
@@ -75,6 +75,32 @@ def false_negative_rates(pseudo_labels: ArrayLike, true_labels: ArrayLike) -> tu
     mtnr = (n[neg_ok] * true_neg[neg_ok] / neg_den[neg_ok]).sum() / tnr_anchors \
         if tnr_anchors > 0 else float('nan')
     return float(100.0 * mtpr), float(100.0 * mtnr)
+
+
+def pair_precision_recall(pseudo_labels: ArrayLike, true_labels: ArrayLike) -> tuple[float, float]:
+    """Precision and recall (%) of the pairs that pseudo labels flag, pooled over all pairs.
+
+    A pair i ≠ j is flagged when ``y_i = y_j`` (unaccepted samples carry labels of their own, so
+    flag nothing), correct when also ``g_i = g_j``: precision = correct / flagged, recall =
+    correct / same-class pairs; NaN where undefined. From the contingency counts (no N × N matrix).
+    """
+    y = _labels_1d(pseudo_labels, 'pseudo_labels')
+    g = _labels_1d(true_labels, 'true_labels')
+    if y.shape != g.shape:
+        raise ValueError(f'pseudo_labels and true_labels differ in length: {y.shape[0]} vs '
+                         f'{g.shape[0]}')
+
+    def pairs(labels: np.ndarray) -> float:
+        counts = np.unique(labels, return_counts=True)[1].astype(np.float64)
+        return float((counts * (counts - 1)).sum())
+
+    _, gi = np.unique(g, return_inverse=True)
+    _, yi = np.unique(y, return_inverse=True)
+    cells = gi.reshape(-1).astype(np.int64) * (int(yi.max(initial=0)) + 1) + yi.reshape(-1)
+    flagged, correct, same = pairs(y), pairs(cells), pairs(g)
+    precision = 100.0 * correct / flagged if flagged > 0 else float('nan')
+    recall = 100.0 * correct / same if same > 0 else float('nan')
+    return precision, recall
 
 
 def detection_precision_recall(counts: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

@@ -8,12 +8,12 @@ import torch
 from mmengine.dist import get_world_size, is_main_process
 from mmengine.hooks import Hook
 
-from ifnd.clustering import (ClusteringRound, acceptance_rate, broadcast_round,
+from ifnd.clustering import (EVIDENCE_SCHEMES, ClusteringRound, acceptance_rate, broadcast_round,
                              check_round_options, clustering_round, idle_schedule, plan_round,
                              round_kmeans_options, round_seed)
 from ifnd.dist import gather_shards
 from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
-from ifnd.evaluation.metrics import cluster_quality, false_negative_rates
+from ifnd.evaluation.metrics import cluster_quality, false_negative_rates, pair_precision_recall
 from ifnd.fileio import AtomicLocalBackend, write_json
 from ifnd.fileio.json_files import read_json
 from ifnd.models.false_negatives.acceptance import check_acceptance
@@ -38,7 +38,11 @@ class PseudoLabelHook(Hook):
     sharded when the world size is above 1 and the backend is torch; ``True`` forces the torch
     backend; ``False`` gathers all features on rank 0. The acceptance
     rate r follows ``scheme`` ('constant', 'step', 'linear'), evaluated at the number of epochs
-    completed. ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
+    completed; or the round's evidence decides, whatever the epoch: ``scheme='confidence'``
+    accepts the labels whose κ is ``threshold`` of the way from chance (1/k) to 1 or more,
+    ``'stability'`` those whose cluster is the
+    one their cluster of the previous round became (the previous assignments travel in the
+    checkpoints, so a resumed run decides as the uninterrupted one). ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
     per-cluster concentration. ``temperature``: τ of κ; None (default) takes the model's loss
     temperature, the paper's choice. Each round's labels and confidences are saved under
     ``work_dir/pseudo_labels/``; the round itself is :func:`ifnd.clustering.clustering_round`.
@@ -60,7 +64,7 @@ class PseudoLabelHook(Hook):
                  feature: str = 'z', confidence: str = 'kappa', temperature: float | None = None,
                  kmeans: dict | None = None, seed: int = 0, dataset: dict | None = None,
                  batch_size: int | None = None, num_workers: int = 2, save_labels: bool = True,
-                 autocast: bool = True) -> None:
+                 autocast: bool = True, threshold: float | None = None) -> None:
         if not isinstance(num_clusters, (list, tuple)) or not num_clusters:
             raise ValueError(f'PseudoLabelHook num_clusters must be a non-empty list of k, one per '
                              f'level, got {num_clusters!r}; e.g. num_clusters=[10, 30, 100]')
@@ -80,7 +84,10 @@ class PseudoLabelHook(Hook):
         if temperature is not None and not temperature > 0:
             raise ValueError(f'PseudoLabelHook temperature (τ of κ) must be positive, or None for '
                              f"the model's loss temperature, got {temperature}")
-        check_acceptance(scheme, final_rate, step_epoch, owner)
+        check_acceptance(scheme, final_rate, step_epoch, owner, threshold)
+        if scheme == 'confidence' and confidence != 'kappa':
+            raise ValueError(f"PseudoLabelHook scheme='confidence' thresholds κ (confidence='kappa'); "
+                             f'confidence={confidence!r} ranks by another score: use a calendar scheme')
         check_seed(owner, 'seed', seed)
         # The k-means backend, its options and the sharding are checked here, once.
         self.kmeans, self.sharded = check_round_options(confidence, kmeans, 'PseudoLabelHook')
@@ -99,7 +106,9 @@ class PseudoLabelHook(Hook):
         self.num_workers = num_workers
         self.save_labels = save_labels
         self.autocast = autocast
+        self.threshold = threshold
         self._dataset = None
+        self._previous: list[torch.Tensor] | None = None  # the last round's assignments ('stability')
 
     def _data(self, runner):
         if self._dataset is None:
@@ -132,6 +141,7 @@ class PseudoLabelHook(Hook):
                 f'samples) do not match this run (num_clusters={self.num_clusters}, {num} '
                 f'samples): clustering again now, at epoch {runner.epoch}')
         bank.reset(len(self.num_clusters), num)
+        self._previous = None  # a fresh start: no round before this one
         self.run_round(runner, runner.epoch)
 
     def after_train_epoch(self, runner) -> None:
@@ -149,8 +159,9 @@ class PseudoLabelHook(Hook):
         model = unwrap_model(runner.model)
         bank = model.label_bank
         dataset = self._data(runner)
-        rate = acceptance_rate(epochs_done, runner.max_epochs, self.scheme, self.final_rate,
-                               self.step_epoch)
+        evidence = self.scheme if self.scheme in EVIDENCE_SCHEMES else None
+        rate = None if evidence else acceptance_rate(epochs_done, runner.max_epochs, self.scheme,
+                                                     self.final_rate, self.step_epoch)
         device = bank.labels.device
         backend, sharded = self._plan(device)
         tic = time.perf_counter()
@@ -166,7 +177,8 @@ class PseudoLabelHook(Hook):
         result = None  # the round, on the processes that ran it
         if sharded or is_main_process():
             result = clustering_round(
-                feats.to(device), self.num_clusters, rate=rate,
+                feats.to(device), self.num_clusters, rate=rate, evidence=evidence,
+                threshold=self.threshold, previous=self._previous,
                 temperature=float(model.temperature if self.temperature is None
                                   else self.temperature),
                 seed=round_seed(self.seed, epochs_done), kmeans={**self.kmeans, 'backend': backend},
@@ -174,6 +186,8 @@ class PseudoLabelHook(Hook):
                 concentration_temperature=float(model.temperature) if pcl else None,
                 num_samples=num if sharded else None)
             true_labels = (gather_shards(true_labels, num) if sharded else true_labels).cpu()
+            if self.scheme == 'stability':
+                self._previous = [assigned.clone() for assigned in result.assignments]
         if is_main_process():
             stats = self._report(runner, epochs_done, rate, extract_s, result, true_labels)
         labels, centroids, concentration = broadcast_round(result, self.num_clusters, num,
@@ -181,10 +195,12 @@ class PseudoLabelHook(Hook):
         bank.update(labels, centroids, concentration, self.num_clusters)
         return stats
 
-    def _report(self, runner, epochs_done: int, rate: float, extract_s: float,
+    def _report(self, runner, epochs_done: int, rate: float | None, extract_s: float,
                 result: ClusteringRound, true_labels: torch.Tensor) -> dict:
         """The round's statistics, with the clusters' quality where every sample has a class;
         logged and saved."""
+        if rate is None:  # accepted by the evidence: the share it accepted, over the levels
+            rate = float(np.mean([level['accept_rate'] for level in result.stats['levels']]))
         stats = {'epoch': epochs_done, 'rate': rate, 'seconds_extract': extract_s, **result.stats}
         if bool((true_labels >= 0).all()):
             truth = true_labels.numpy()
@@ -192,7 +208,9 @@ class PseudoLabelHook(Hook):
                                                         result.labels):
                 level_stats.update(cluster_quality(truth, assigned.numpy()))
                 mtpr, mtnr = false_negative_rates(accepted.numpy(), truth)
-                level_stats.update(mtpr=mtpr, mtnr=mtnr)
+                precision, recall = pair_precision_recall(accepted.numpy(), truth)
+                level_stats.update(mtpr=mtpr, mtnr=mtnr, flag_precision=precision,
+                                   flag_recall=recall)
         self._log(runner, stats)
         if self.save_labels:
             saved = {}
@@ -203,6 +221,23 @@ class PseudoLabelHook(Hook):
                 saved[f'centroids_{level}'] = cents.cpu().numpy()
             self._save(runner, stats, result.labels, true_labels, saved)
         return stats
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        """'stability' decides by the last round's assignments: they travel with the checkpoint."""
+        if self.scheme == 'stability' and self._previous is not None:
+            checkpoint['pseudo_label_previous'] = [a.cpu() for a in self._previous]
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Restore the last round's assignments ('stability'), checked against this run's levels."""
+        previous = checkpoint.get('pseudo_label_previous')
+        if self.scheme != 'stability' or previous is None:
+            return
+        if not (isinstance(previous, list) and len(previous) == len(self.num_clusters) and all(
+                isinstance(a, torch.Tensor) and a.ndim == 1 and a.dtype == torch.long for a in previous)):
+            runner.logger.warning('the checkpoint\'s previous-round assignments do not fit this run\'s '
+                                  f'{len(self.num_clusters)} levels: the next round accepts nothing')
+            return
+        self._previous = previous
 
     def _log(self, runner, stats: dict) -> None:
         scalars = {f'ifnd/seconds_{part}': stats[f'seconds_{part}']

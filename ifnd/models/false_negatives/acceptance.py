@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from ifnd.clustering.acceptance import ACCEPTANCE_SCHEMES, acceptance_rate, idle_schedule
+from ifnd.clustering.acceptance import (ACCEPTANCE_SCHEMES, CALENDAR_SCHEMES, EVIDENCE_SCHEMES,
+                                        acceptance_rate, idle_schedule)
 
 from .settings import check_number, check_seed
 
@@ -22,10 +23,23 @@ ACCEPTANCE_OPTIONS = {'scheme': str, 'final_rate': float, 'step_epoch': int, 'in
 
 
 def check_acceptance(scheme: str, final_rate: float, step_epoch: int = 0,
-                     owner: str = 'acceptance') -> None:
-    """Refuse an unknown scheme, a rate outside [0, 1] or a negative step epoch, naming the fix."""
-    if not isinstance(scheme, str) or scheme not in ACCEPTANCE_SCHEMES:
-        raise ValueError(f'{owner} scheme must be one of {ACCEPTANCE_SCHEMES}, got {scheme!r}')
+                     owner: str = 'acceptance', threshold: float | None = None,
+                     schemes: tuple = ACCEPTANCE_SCHEMES) -> None:
+    """Refuse an unknown scheme, a rate outside [0, 1], a negative step epoch, or a confidence
+    scheme without its threshold, naming the fix."""
+    if isinstance(scheme, str) and scheme in EVIDENCE_SCHEMES and scheme not in schemes:
+        raise ValueError(f"{owner} scheme {scheme!r} accepts by a clustering round's evidence, and "
+                         f'this acceptance has none (it orders the samples at random): use it on '
+                         f"PseudoLabelHook (IFND, PCL), or one of {schemes} here")
+    if not isinstance(scheme, str) or scheme not in schemes:
+        raise ValueError(f'{owner} scheme must be one of {schemes}, got {scheme!r}')
+    if scheme == 'confidence':
+        check_number(owner, 'threshold', threshold, low=0.0, high=1.0,
+                     hint="how far from chance (1/k) to certainty κ must be for a label to be "
+                     'accepted')
+    elif threshold is not None:
+        raise ValueError(f"{owner} threshold={threshold!r} is the 'confidence' scheme's; with "
+                         f'scheme={scheme!r} remove it')
     check_number(owner, 'final_rate', final_rate, low=0.0, high=1.0,
                  hint='the share of the samples accepted at the end')
     check_number(owner, 'step_epoch', step_epoch, int, low=0,
@@ -43,7 +57,7 @@ class AcceptanceSchedule:
 
     def __init__(self, scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
                  interval: int = 1, seed: int = 0, owner: str = 'acceptance') -> None:
-        check_acceptance(scheme, final_rate, step_epoch, owner)
+        check_acceptance(scheme, final_rate, step_epoch, owner, schemes=CALENDAR_SCHEMES)
         self.interval = check_number(owner, 'interval', interval, int, low=1,
                                      hint="epochs between rate updates, IFND's clustering interval")
         self.seed = check_seed(owner, 'seed', seed)

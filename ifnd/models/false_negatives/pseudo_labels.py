@@ -1,15 +1,20 @@
 """IFND's detector: candidates sharing the anchor's accepted pseudo label, at every level.
 
 The labels come from the algorithm's :class:`PseudoLabelBank`, filled by ``PseudoLabelHook``
-(clustering, κ, acceptance of the most confident ⌈r·N⌉); an unaccepted sample carries a label of
-its own, so it flags nothing and is flagged by nothing.
+(clustering, κ, acceptance by the calendar or the evidence); an unaccepted sample carries a label
+of its own, so it flags nothing and is flagged by nothing. ``agreement`` > 1 flags a pair only
+where its labels agree at that many levels.
 """
+from typing import Annotated
+
 import torch
 
+from ifnd.models.architecture import Bound
 from ifnd.registry import MODELS
 
 from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .label_bank import PseudoLabelBank
+from .settings import check_number
 
 
 @MODELS.register_module()
@@ -18,8 +23,12 @@ class PseudoLabels(FalseNegativeDetector):
 
     needs = DetectorNeeds(label_bank=True, sample_index=True)
 
-    def __init__(self) -> None:
+    def __init__(self, agreement: Annotated[int, Bound(1, 64)] = 1) -> None:
+        """``agreement``: flag a pair at a level only where its labels agree at this many levels or
+        more (1: every level on its own, the paper's; a precision knob)."""
         super().__init__()
+        self.agreement = check_number('PseudoLabels', 'agreement', agreement, int, low=1,
+                                      hint='the levels whose labels must agree for a flag')
         self._bank: tuple[PseudoLabelBank, ...] = ()  # the algorithm's; a tuple: not a child
 
     def attach(self, bank: PseudoLabelBank) -> None:
@@ -55,7 +64,10 @@ class PseudoLabels(FalseNegativeDetector):
         if not self.bank.any_accepted:
             return None
         anchor, candidate = self.labels(batch.anchor_index), self.labels(batch.candidate_index)
-        return anchor.unsqueeze(2) == candidate.unsqueeze(1)
+        same = anchor.unsqueeze(2) == candidate.unsqueeze(1)
+        if self.agreement == 1:
+            return same
+        return same & (same.sum(dim=0, keepdim=True) >= self.agreement)
 
     def log_vars(self, batch: NegativeBatch) -> dict:
         """The share of the batch's anchors that carry an accepted pseudo label."""
