@@ -207,13 +207,13 @@ def test_false_negatives_dry_run_commands(capsys):
                                             '--seeds', '0', '7', '--linear-epochs', '5'])
     assert result == {}
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
-    methods = 12
+    methods = 13
     assert len(commands) == 2 * methods * 2
     pretrain, linear = commands[0::2], commands[1::2]
     configs = ('simclr/simclr_r18', 'ifnd/ifnd_r18', 'ifnd/supcon_r18', 'ifnd/oracle_elim_r18',
                'debiased/debiased_r18', 'hard_negative/hard_negative_r18', 'fnc/fnc_elim_r18',
                'fnc/fnc_attr_r18', 'ifnd/ifnd_hard_r18', 'glofnd/glofnd_r18',
-               'glofnd/glofnd_hard_r18', 'ifnd/oracle_elim_linear_r18') * 2
+               'glofnd/glofnd_hard_r18', 'ifnd/oracle_elim_linear_r18', 'ifnd/ifnd_confident_r18') * 2
     for line, config, seed in zip(pretrain, configs, [0] * methods + [7] * methods, strict=True):
         assert config in line and 'tools/train.py' in line
         assert f'randomness.seed={seed} ' in line and f'seed_{seed} ' in line
@@ -236,6 +236,8 @@ def test_false_negatives_dry_run_commands(capsys):
     # The schedule-matched oracle accepts on IFND's clustering interval, its order seeded by the run.
     assert 'model.detector.acceptance.interval=3' in pretrain[11]
     assert 'model.detector.acceptance.seed=7' in pretrain[methods + 11]
+    # IFND accepting by confidence clusters as IFND does, on the same interval and seed.
+    assert 'custom_hooks.0.interval=3' in pretrain[12] and 'custom_hooks.0.seed=7' in pretrain[methods + 12]
     assert 'custom_hooks.0.interval=5' in pretrain[0]
     # The cpu preset's own settings of a method reach that method's runs only.
     bench = _load('false_negatives')
@@ -972,7 +974,7 @@ def test_the_harness_shows_each_rounds_accepted_share_and_flag_precision():
     with open(osp.join(osp.dirname(BENCHMARKS), 'docs', 'false_negatives_cpu.json')) as f:
         result = json.load(f)
     before = report.markdown_tables(result)
-    assert 'IFND acceptance per clustering round' not in before
+    assert 'acceptance per clustering round' not in before
     for run in result['runs']:
         for number, rnd in enumerate(run.get('rounds') or []):
             for level in rnd['levels']:

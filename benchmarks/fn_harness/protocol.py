@@ -27,6 +27,7 @@ DATASETS = {
         'glofnd': 'configs/glofnd/glofnd_r18_200e_fmnist.py',
         'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_200e_fmnist.py',
         'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_200e_fmnist.py',
+        'ifnd_confident': 'configs/ifnd/ifnd_confident_r18_200e_fmnist.py',
         'linear': 'configs/benchmarks/linear/linear_r18_100e_fmnist.py',
     },
     **{name: {
@@ -53,15 +54,17 @@ DATASETS = {
         'glofnd': 'configs/glofnd/glofnd_r18_8e_digits.py',
         'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_8e_digits.py',
         'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_8e_digits.py',
+        'ifnd_confident': 'configs/ifnd/ifnd_confident_r18_8e_digits.py',
         'linear': 'configs/benchmarks/linear/linear_r18_100e_digits.py',
     },
 }
 METHODS = ('simclr', 'ifnd', 'supcon', 'oracle_elim', 'debiased', 'hard_negative', 'fnc_elim',
-           'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard', 'oracle_elim_linear')
+           'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard', 'oracle_elim_linear', 'ifnd_confident')
 TITLES = {'simclr': 'SimCLR', 'ifnd': 'IFND', 'supcon': 'SupCon', 'oracle_elim': 'Oracle-elim',
           'debiased': 'Debiased', 'hard_negative': 'Hard negatives', 'fnc_elim': 'FNC-elim',
           'fnc_attr': 'FNC-attr', 'ifnd_hard': 'IFND + hard negatives', 'glofnd': 'GloFND',
-          'glofnd_hard': 'GloFND + hard negatives', 'oracle_elim_linear': 'Oracle-elim, linear'}
+          'glofnd_hard': 'GloFND + hard negatives', 'oracle_elim_linear': 'Oracle-elim, linear',
+          'ifnd_confident': 'IFND, confident labels'}
 LABELS = {'simclr': 'instance labels', 'ifnd': 'pseudo labels (k-means)',
           'supcon': 'ground truth, attraction', 'oracle_elim': 'ground truth, elimination',
           'debiased': 'instance labels, negatives debiased by a class prior',
@@ -71,16 +74,17 @@ LABELS = {'simclr': 'instance labels', 'ifnd': 'pseudo labels (k-means)',
           'ifnd_hard': 'pseudo labels, elimination; the rest reweighted by hardness',
           'glofnd': 'learned per-image thresholds flag negatives, elimination',
           'glofnd_hard': 'learned thresholds, elimination; the rest reweighted by hardness',
-          'oracle_elim_linear': "ground truth accepted on IFND's linear schedule, elimination"}
+          'oracle_elim_linear': "ground truth accepted on IFND's linear schedule, elimination",
+          'ifnd_confident': 'pseudo labels accepted by confidence, flagged where two levels agree'}
 # Every method but the two ends of the gap: their share of the SimCLR -> SupCon gap is reported.
 CLOSERS = tuple(m for m in METHODS if m not in ('simclr', 'supcon'))
 # Methods that flag individual negatives as false: their in-batch detection precision and recall
 # (against the ground-truth classes) are logged per epoch by FalseNegativeDetectionHook.
 FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard',
-            'oracle_elim_linear')
+            'oracle_elim_linear', 'ifnd_confident')
 DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
 # Methods whose detector is IFND's clustering (PseudoLabelHook): their rounds' MTPR/MTNR are read.
-CLUSTERERS = ('ifnd', 'ifnd_hard')
+CLUSTERERS = ('ifnd', 'ifnd_hard', 'ifnd_confident')
 
 # The methods' own settings on the cpu budget, chosen on the val split (README); the configs keep
 # the papers' values for their own recipes.

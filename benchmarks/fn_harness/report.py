@@ -7,7 +7,7 @@ import os.path as osp
 
 import numpy as np
 
-from .protocol import DETECTION_KEYS, FLAGGERS, LABELS, METHODS, TITLES, method_option_texts
+from .protocol import CLUSTERERS, DETECTION_KEYS, FLAGGERS, LABELS, METHODS, TITLES, method_option_texts
 from .stats import mean_sd
 
 
@@ -146,16 +146,22 @@ def _rounds_table(runs: list[dict]) -> list[str]:
 
 
 def _acceptance_table(runs: list[dict]) -> list[str]:
-    """Per round and k: the share of labels accepted and the pair precision / recall of the flags
-    they make (runs whose rounds.json carries them)."""
-    ifnd = [r for r in runs if r['method'] == 'ifnd' and r['rounds']
-            and 'flag_precision' in r['rounds'][-1]['levels'][0]]
+    """Per clustering method, round and k: the share of labels accepted and the pair precision /
+    recall of the flags they make (runs whose rounds.json carries them)."""
+    lines = []
+    for method in CLUSTERERS:
+        lines += _acceptance_rows(method, [r for r in runs if r['method'] == method and r.get('rounds')
+                                           and 'flag_precision' in r['rounds'][-1]['levels'][0]])
+    return lines
+
+
+def _acceptance_rows(method: str, ifnd: list[dict]) -> list[str]:
     if not ifnd:
         return []
     ks = [lv['k'] for lv in ifnd[0]['rounds'][0]['levels']]
-    lines = ['', 'IFND acceptance per clustering round (mean over seeds), per k: accepted share, '
-             'then the precision / recall (%) of the pairs its labels flag (recall counts every '
-             'same-class pair of the training set).', '',
+    lines = ['', f'{TITLES[method]} acceptance per clustering round (mean over seeds), per k: '
+             'accepted share, then the precision / recall (%) of the pairs its labels flag '
+             '(recall counts every same-class pair of the training set).', '',
              '| after epoch | ' + ' | '.join(f'k={k}' for k in ks) + ' |', '|---:|' + '---:|' * len(ks)]
     for i, first in enumerate(ifnd[0]['rounds']):
         rounds = [r['rounds'][i] for r in ifnd if i < len(r['rounds'])]
