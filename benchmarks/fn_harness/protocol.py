@@ -85,6 +85,12 @@ FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard'
 DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
 # Methods whose detector is IFND's clustering (PseudoLabelHook): their rounds' MTPR/MTNR are read.
 CLUSTERERS = ('ifnd', 'ifnd_hard', 'ifnd_confident')
+# Paired contrasts between methods (a − b on the seeds both ran, 95% t-interval): acceptance by
+# evidence against IFND's calendar and the schedule-matched oracle, the schedule's cost, and the
+# combinations against their parts.
+CONTRASTS = (('ifnd_confident', 'ifnd'), ('ifnd_confident', 'oracle_elim_linear'),
+             ('oracle_elim', 'oracle_elim_linear'), ('oracle_elim_linear', 'ifnd'),
+             ('ifnd_hard', 'hard_negative'), ('glofnd', 'ifnd'))
 
 # The methods' own settings on the cpu budget, chosen on the val split (README); the configs keep
 # the papers' values for their own recipes.

@@ -73,6 +73,19 @@ def _comparison_table(result: dict) -> list[str]:
     return lines
 
 
+def _contrasts_table(result: dict) -> list[str]:
+    contrasts = result['summary'].get('contrasts') or {}
+    if not contrasts:
+        return []
+    lines = ['', 'Paired contrasts (method − method on the seeds both ran, percentage points, '
+             'mean [95% t-interval]):', '', '| Contrast | kNN top-1 | linear top-1 |', '|---|---:|---:|']
+    for pair, stats in contrasts.items():
+        a, b = pair.split(' - ')
+        lines.append(f"| {TITLES[a]} − {TITLES[b]} | {_ci(stats.get('top1'))} | "
+                     f"{_ci(stats.get('linear_top1'))} |")
+    return lines
+
+
 def _per_seed_table(result: dict) -> list[str]:
     summary, runs, seeds = result['summary'], result['runs'], result['settings']['seeds']
     present = [m for m in METHODS if m in summary['methods']]
@@ -170,15 +183,19 @@ def _acceptance_rows(method: str, ifnd: list[dict]) -> list[str]:
             values = [rd['levels'][j].get(key) for rd in rounds]
             values = [math.nan if v is None else v for v in values]
             return float(np.mean(values)) if values else math.nan
-        cells = [f"{100 * mean(j, 'accept_rate'):.1f}% · {mean(j, 'flag_precision'):.1f} / "
-                 f"{mean(j, 'flag_recall'):.1f}" for j in range(len(ks))]
+        def cell(j: int) -> str:  # precision is undefined where no pair is flagged
+            precision = mean(j, 'flag_precision')
+            shown = '—' if math.isnan(precision) else f'{precision:.1f}'
+            return f"{100 * mean(j, 'accept_rate'):.1f}% · {shown} / {mean(j, 'flag_recall'):.1f}"
+        cells = [cell(j) for j in range(len(ks))]
         lines.append(f"| {first['epoch']} | " + ' | '.join(cells) + ' |')
     return lines
 
 
 def markdown_tables(result: dict) -> str:
     """The comparison table with error bars, per-seed numbers, flagged negatives, IFND's rounds."""
-    lines = [_caption(result), '', *_comparison_table(result), *_per_seed_table(result),
+    lines = [_caption(result), '', *_comparison_table(result), *_contrasts_table(result),
+             *_per_seed_table(result),
              *_flagged_table(result['runs']), *_rounds_table(result['runs']),
              *_acceptance_table(result['runs'])]
     return '\n'.join(lines)

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .protocol import CLOSERS, METHODS
+from .protocol import CLOSERS, CONTRASTS, METHODS
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -59,7 +59,7 @@ def summarise(runs: list[dict], seeds: Sequence[int]) -> dict:
     """
     by = {(r['method'], r['seed']): r for r in runs}
     methods = [m for m in METHODS if any(r['method'] == m for r in runs)]
-    summary: dict = {'methods': {}, 'paired': {}, 'gap_closed': {}}
+    summary: dict = {'methods': {}, 'paired': {}, 'gap_closed': {}, 'contrasts': {}}
 
     def values(method: str, metric: str) -> dict:
         return {s: by[method, s][metric] for s in seeds
@@ -89,4 +89,11 @@ def summarise(runs: list[dict], seeds: Sequence[int]) -> dict:
                                                  [top[s] - base[s] for s in shared])
                 summary['gap_closed'].setdefault(m, {})[metric] = {
                     'share': share, 'low': lo, 'high': hi, 'seeds': shared}
+        for a, b in CONTRASTS:
+            first, second = values(a, metric), values(b, metric)
+            shared = [s for s in first if s in second]
+            if len(shared) > 1:
+                mean, lo, hi = t_interval([first[s] - second[s] for s in shared])
+                summary['contrasts'].setdefault(f'{a} - {b}', {})[metric] = {
+                    'mean': mean, 'low': lo, 'high': hi, 'seeds': shared}
     return summary
