@@ -28,6 +28,7 @@ DATASETS = {
         'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_200e_fmnist.py',
         'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_200e_fmnist.py',
         'ifnd_confident': 'configs/ifnd/ifnd_confident_r18_200e_fmnist.py',
+        'ifnd_confident_hard': 'configs/ifnd/ifnd_confident_hard_r18_200e_fmnist.py',
         'linear': 'configs/benchmarks/linear/linear_r18_100e_fmnist.py',
     },
     **{name: {
@@ -55,16 +56,19 @@ DATASETS = {
         'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_8e_digits.py',
         'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_8e_digits.py',
         'ifnd_confident': 'configs/ifnd/ifnd_confident_r18_8e_digits.py',
+        'ifnd_confident_hard': 'configs/ifnd/ifnd_confident_hard_r18_8e_digits.py',
         'linear': 'configs/benchmarks/linear/linear_r18_100e_digits.py',
     },
 }
 METHODS = ('simclr', 'ifnd', 'supcon', 'oracle_elim', 'debiased', 'hard_negative', 'fnc_elim',
-           'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard', 'oracle_elim_linear', 'ifnd_confident')
+           'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard', 'oracle_elim_linear', 'ifnd_confident',
+           'ifnd_confident_hard')
 TITLES = {'simclr': 'SimCLR', 'ifnd': 'IFND', 'supcon': 'SupCon', 'oracle_elim': 'Oracle-elim',
           'debiased': 'Debiased', 'hard_negative': 'Hard negatives', 'fnc_elim': 'FNC-elim',
           'fnc_attr': 'FNC-attr', 'ifnd_hard': 'IFND + hard negatives', 'glofnd': 'GloFND',
           'glofnd_hard': 'GloFND + hard negatives', 'oracle_elim_linear': 'Oracle-elim, linear',
-          'ifnd_confident': 'IFND, confident labels'}
+          'ifnd_confident': 'IFND, confident labels',
+          'ifnd_confident_hard': 'IFND, confident labels + hard negatives'}
 LABELS = {'simclr': 'instance labels', 'ifnd': 'pseudo labels (k-means)',
           'supcon': 'ground truth, attraction', 'oracle_elim': 'ground truth, elimination',
           'debiased': 'instance labels, negatives debiased by a class prior',
@@ -75,20 +79,22 @@ LABELS = {'simclr': 'instance labels', 'ifnd': 'pseudo labels (k-means)',
           'glofnd': 'learned per-image thresholds flag negatives, elimination',
           'glofnd_hard': 'learned thresholds, elimination; the rest reweighted by hardness',
           'oracle_elim_linear': "ground truth accepted on IFND's linear schedule, elimination",
-          'ifnd_confident': 'pseudo labels accepted by confidence, flagged where two levels agree'}
+          'ifnd_confident': 'pseudo labels accepted by confidence, flagged where two levels agree',
+          'ifnd_confident_hard': 'confident pseudo labels, elimination; the rest reweighted by hardness'}
 # Every method but the two ends of the gap: their share of the SimCLR -> SupCon gap is reported.
 CLOSERS = tuple(m for m in METHODS if m not in ('simclr', 'supcon'))
 # Methods that flag individual negatives as false: their in-batch detection precision and recall
 # (against the ground-truth classes) are logged per epoch by FalseNegativeDetectionHook.
 FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard',
-            'oracle_elim_linear', 'ifnd_confident')
+            'oracle_elim_linear', 'ifnd_confident', 'ifnd_confident_hard')
 DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
 # Methods whose detector is IFND's clustering (PseudoLabelHook): their rounds' MTPR/MTNR are read.
-CLUSTERERS = ('ifnd', 'ifnd_hard', 'ifnd_confident')
+CLUSTERERS = ('ifnd', 'ifnd_hard', 'ifnd_confident', 'ifnd_confident_hard')
 # Paired contrasts between methods (a − b on the seeds both ran, 95% t-interval): acceptance by
 # evidence against IFND's calendar and the schedule-matched oracle, the schedule's cost, and the
 # combinations against their parts.
 CONTRASTS = (('ifnd_confident', 'ifnd'), ('ifnd_confident', 'oracle_elim_linear'),
+             ('ifnd_confident_hard', 'ifnd_hard'), ('ifnd_confident_hard', 'hard_negative'),
              ('oracle_elim', 'oracle_elim_linear'), ('oracle_elim_linear', 'ifnd'),
              ('ifnd_hard', 'hard_negative'), ('glofnd', 'ifnd'))
 
@@ -100,6 +106,7 @@ CONTRASTS = (('ifnd_confident', 'ifnd'), ('ifnd_confident', 'oracle_elim_linear'
 CPU_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.01}, 'hard_negative': {'model.beta': 2.0},
                       'fnc_elim': {'model.top_k': 3}, 'fnc_attr': {'model.top_k': 3},
                       'ifnd_hard': {'model.weighting.beta': 2.0},
+                      'ifnd_confident_hard': {'model.weighting.beta': 2.0},
                       'glofnd': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
                                  'model.detector.alpha': 0.05},
                       'glofnd_hard': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
@@ -110,6 +117,7 @@ CPU_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.01}, 'hard_negative': {'m
 DIGITS_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.1}, 'hard_negative': {'model.beta': 1.0},
                          'fnc_elim': {'model.top_k': 3}, 'fnc_attr': {'model.top_k': 3},
                          'ifnd_hard': {'model.weighting.beta': 1.0},
+                         'ifnd_confident_hard': {'model.weighting.beta': 1.0},
                          'glofnd': {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3,
                                     'model.detector.lr': 0.1},
                          'glofnd_hard': {'model.detector.alpha': 0.1,
