@@ -131,6 +131,12 @@ def _flagged_table(runs: list[dict]) -> list[str]:
     return lines
 
 
+def _level_mean(rounds: list[dict], level: int, key: str) -> float:
+    """One level's ``key`` averaged over the seeds' same round (NaN where missing or null)."""
+    values = [rd['levels'][level].get(key) for rd in rounds]
+    return float(np.mean([math.nan if v is None else v for v in values]))
+
+
 def _rounds_table(runs: list[dict]) -> list[str]:
     ifnd = [r for r in runs if r['method'] == 'ifnd']
     if not ifnd:
@@ -145,8 +151,7 @@ def _rounds_table(runs: list[dict]) -> list[str]:
         rounds = [r['rounds'][i] for r in ifnd if i < len(r['rounds'])]
         cells = []
         for j in range(len(ks)):
-            mtpr = np.mean([rd['levels'][j].get('mtpr', math.nan) for rd in rounds])
-            mtnr = np.mean([rd['levels'][j].get('mtnr', math.nan) for rd in rounds])
+            mtpr, mtnr = _level_mean(rounds, j, 'mtpr'), _level_mean(rounds, j, 'mtnr')
             cells.append(f'{mtpr:.1f} / {mtnr:.2f}')
         lines.append(f"| {first['epoch']} | {first['rate']:.2f} | " + ' | '.join(cells) + ' |')
     fn = mean_sd([r['detection']['false_negatives_eliminated'] for r in ifnd])
@@ -178,16 +183,12 @@ def _acceptance_rows(method: str, ifnd: list[dict]) -> list[str]:
              '| after epoch | ' + ' | '.join(f'k={k}' for k in ks) + ' |', '|---:|' + '---:|' * len(ks)]
     for i, first in enumerate(ifnd[0]['rounds']):
         rounds = [r['rounds'][i] for r in ifnd if i < len(r['rounds'])]
-
-        def mean(j: int, key: str) -> float:
-            values = [rd['levels'][j].get(key) for rd in rounds]
-            values = [math.nan if v is None else v for v in values]
-            return float(np.mean(values)) if values else math.nan
-        def cell(j: int) -> str:  # precision is undefined where no pair is flagged
-            precision = mean(j, 'flag_precision')
-            shown = '—' if math.isnan(precision) else f'{precision:.1f}'
-            return f"{100 * mean(j, 'accept_rate'):.1f}% · {shown} / {mean(j, 'flag_recall'):.1f}"
-        cells = [cell(j) for j in range(len(ks))]
+        cells = []
+        for j in range(len(ks)):
+            precision = _level_mean(rounds, j, 'flag_precision')
+            shown = '—' if math.isnan(precision) else f'{precision:.1f}'  # nothing flagged
+            cells.append(f"{100 * _level_mean(rounds, j, 'accept_rate'):.1f}% · {shown} / "
+                         f"{_level_mean(rounds, j, 'flag_recall'):.1f}")
         lines.append(f"| {first['epoch']} | " + ' | '.join(cells) + ' |')
     return lines
 

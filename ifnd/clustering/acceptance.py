@@ -14,11 +14,14 @@ The evidence schemes accept by what a clustering round shows, whatever the epoch
   became, clusters matched across rounds by their members' overlap (:func:`accept_stable`), a
   label-free estimate of precision.
 """
+import math
+
 import torch
 from torch import Tensor
 
 __all__ = ['ACCEPTANCE_SCHEMES', 'CALENDAR_SCHEMES', 'EVIDENCE_SCHEMES', 'acceptance_rate',
-           'idle_schedule', 'accept_confident', 'match_clusters', 'accept_stable']
+           'idle_schedule', 'unique_labels', 'smallest_accepted', 'accept_confident', 'match_clusters',
+           'accept_stable']
 
 CALENDAR_SCHEMES = ('constant', 'step', 'linear')
 EVIDENCE_SCHEMES = ('confidence', 'stability')
@@ -67,9 +70,15 @@ def idle_schedule(owner: str, max_epochs: int, scheme: str, final_rate: float, s
             f'{max_epochs})')
 
 
-def _unique_labels(num: int, device: torch.device) -> Tensor:
+def unique_labels(num: int, device: torch.device) -> Tensor:
     """Labels ``-(i + 1)``: no two samples share one, none equals a cluster id."""
     return -(torch.arange(num, device=device) + 1)
+
+
+def smallest_accepted(labels: Tensor, confidence: Tensor) -> float:
+    """The smallest confidence among the accepted labels (``>= 0``), ``+inf`` when none is."""
+    kept = labels >= 0
+    return float(confidence[kept].double().min()) if bool(kept.any()) else math.inf
 
 
 def _check_assignments(assignments: Tensor, other: Tensor, name: str) -> None:
@@ -78,7 +87,8 @@ def _check_assignments(assignments: Tensor, other: Tensor, name: str) -> None:
                          f'and {tuple(other.shape)}')
 
 
-def accept_confident(assignments: Tensor, confidence: Tensor, threshold: float) -> tuple[Tensor, float]:
+def accept_confident(assignments: Tensor, confidence: Tensor,
+                     threshold: float) -> tuple[Tensor, float]:
     """Keep the cluster ids of the samples whose confidence is at least ``threshold``.
 
     The others get ``-(i + 1)``; NaN confidences are never accepted. Returns ``(labels [N] int64,
@@ -87,9 +97,9 @@ def accept_confident(assignments: Tensor, confidence: Tensor, threshold: float) 
     _check_assignments(assignments, confidence, 'confidence')
     scores = confidence.detach().to(assignments.device).double()
     accepted = scores >= threshold  # NaN compares False
-    labels = torch.where(accepted, assignments.long(), _unique_labels(len(assignments), assignments.device))
-    smallest = float(scores[accepted].min()) if bool(accepted.any()) else float('inf')
-    return labels, smallest
+    labels = torch.where(accepted, assignments.long(),
+                         unique_labels(len(assignments), assignments.device))
+    return labels, smallest_accepted(labels, scores)
 
 
 def match_clusters(assignments: Tensor, previous: Tensor) -> Tensor:
@@ -115,7 +125,7 @@ def accept_stable(assignments: Tensor, previous: Tensor | None) -> tuple[Tensor,
     accepted). Returns ``(labels [N] int64, the accepted share)``.
     """
     num = len(assignments)
-    unique = _unique_labels(num, assignments.device)
+    unique = unique_labels(num, assignments.device)
     if previous is None:
         return unique, 0.0
     match = match_clusters(assignments, previous).to(assignments.device)

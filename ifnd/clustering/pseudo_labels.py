@@ -16,6 +16,8 @@ from torch import Tensor
 
 from ifnd.dist import all_reduce_sum
 
+from .acceptance import unique_labels
+
 __all__ = ['confidence', 'pcl_concentration', 'cluster_confidence', 'accept_labels']
 
 
@@ -138,7 +140,7 @@ def accept_labels(assignments: ArrayLike, confidence: ArrayLike,
         raise ValueError('cluster assignments must be >= 0')
     # Rounding first keeps e.g. 0.3 * 10 = 3.0000000000000004 from becoming 4.
     num_accept = min(num, max(0, math.ceil(round(rate * num, 6))))
-    labels = -(torch.arange(num, device=assignments.device) + 1)
+    labels = unique_labels(num, assignments.device)
     if num_accept == 0:
         return labels, math.inf
     scores = torch.nan_to_num(confidence.detach().to(assignments.device).double(),

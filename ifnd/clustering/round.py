@@ -13,7 +13,6 @@ and concentrations (padded to the largest k) to every process.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -24,7 +23,7 @@ from torch import Tensor
 
 from ifnd.dist import gather_shards, shard_index
 
-from .acceptance import EVIDENCE_SCHEMES, accept_confident, accept_stable
+from .acceptance import EVIDENCE_SCHEMES, accept_confident, accept_stable, smallest_accepted
 from .kmeans import (BACKEND_TABLE, check_kmeans_options, kmeans_options, multi_level_kmeans,
                      resolve_backend, sharding_backend)
 from .pseudo_labels import accept_labels, cluster_confidence, confidence, pcl_concentration
@@ -193,8 +192,7 @@ def accept_level(assigned: Tensor, kappa: Tensor, rate: float, evidence: str | N
         return accept_confident(assigned, kappa, chance + threshold * (1.0 - chance))
     if evidence == 'stability':
         labels, _ = accept_stable(assigned, previous)
-        kept = labels >= 0
-        return labels, float(kappa[kept].min()) if bool(kept.any()) else math.inf
+        return labels, smallest_accepted(labels, kappa)
     raise ValueError(f'evidence must be None or one of {EVIDENCE_SCHEMES}, got {evidence!r}')
 
 

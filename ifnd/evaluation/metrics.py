@@ -31,6 +31,18 @@ def _labels_1d(labels: ArrayLike, name: str) -> np.ndarray:
     return labels
 
 
+def _label_codes(pseudo_labels: ArrayLike, true_labels: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Classes and clusters as codes 0..n-1 (int64, ``[N]`` each), checked to be equally long."""
+    y = _labels_1d(pseudo_labels, 'pseudo_labels')
+    g = _labels_1d(true_labels, 'true_labels')
+    if y.shape != g.shape:
+        raise ValueError(f'pseudo_labels and true_labels differ in length: {y.shape[0]} vs '
+                         f'{g.shape[0]}')
+    _, gi = np.unique(g, return_inverse=True)
+    _, yi = np.unique(y, return_inverse=True)
+    return gi.reshape(-1).astype(np.int64), yi.reshape(-1).astype(np.int64)
+
+
 def false_negative_rates(pseudo_labels: ArrayLike, true_labels: ArrayLike) -> tuple[float, float]:
     """Mean true positive / true negative rates (MTPR, MTNR) of pseudo labels, in percent.
 
@@ -41,17 +53,10 @@ def false_negative_rates(pseudo_labels: ArrayLike, true_labels: ArrayLike) -> tu
     class for TNR) are left out of that average; NaN when no anchor remains. Computed exactly
     from the class × cluster contingency counts (no N × N matrix). Instance labels give (0, 100).
     """
-    y = _labels_1d(pseudo_labels, 'pseudo_labels')
-    g = _labels_1d(true_labels, 'true_labels')
-    if y.shape != g.shape:
-        raise ValueError(f'pseudo_labels and true_labels differ in length: {y.shape[0]} vs '
-                         f'{g.shape[0]}')
-    num = y.shape[0]
+    gi, yi = _label_codes(pseudo_labels, true_labels)
+    num = gi.shape[0]
     if num == 0:
         raise ValueError('false_negative_rates needs at least one sample')
-    _, gi = np.unique(g, return_inverse=True)
-    _, yi = np.unique(y, return_inverse=True)
-    gi, yi = gi.reshape(-1).astype(np.int64), yi.reshape(-1).astype(np.int64)
     num_clusters = int(yi.max()) + 1
     class_size = np.bincount(gi)
     cluster_size = np.bincount(yi)
@@ -84,20 +89,15 @@ def pair_precision_recall(pseudo_labels: ArrayLike, true_labels: ArrayLike) -> t
     flag nothing), correct when also ``g_i = g_j``: precision = correct / flagged, recall =
     correct / same-class pairs; NaN where undefined. From the contingency counts (no N × N matrix).
     """
-    y = _labels_1d(pseudo_labels, 'pseudo_labels')
-    g = _labels_1d(true_labels, 'true_labels')
-    if y.shape != g.shape:
-        raise ValueError(f'pseudo_labels and true_labels differ in length: {y.shape[0]} vs '
-                         f'{g.shape[0]}')
+    gi, yi = _label_codes(pseudo_labels, true_labels)
 
-    def pairs(labels: np.ndarray) -> float:
-        counts = np.unique(labels, return_counts=True)[1].astype(np.float64)
+    def pairs(codes: np.ndarray) -> float:
+        # np.unique, not bincount: class × cluster codes reach classes · N for unaccepted samples.
+        counts = np.unique(codes, return_counts=True)[1].astype(np.float64)
         return float((counts * (counts - 1)).sum())
 
-    _, gi = np.unique(g, return_inverse=True)
-    _, yi = np.unique(y, return_inverse=True)
-    cells = gi.reshape(-1).astype(np.int64) * (int(yi.max(initial=0)) + 1) + yi.reshape(-1)
-    flagged, correct, same = pairs(y), pairs(cells), pairs(g)
+    cells = gi * (int(yi.max(initial=0)) + 1) + yi
+    flagged, correct, same = pairs(yi), pairs(cells), pairs(gi)
     precision = 100.0 * correct / flagged if flagged > 0 else float('nan')
     recall = 100.0 * correct / same if same > 0 else float('nan')
     return precision, recall

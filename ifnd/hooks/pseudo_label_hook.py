@@ -36,15 +36,14 @@ class PseudoLabelHook(Hook):
     k-means steps all-reduce per-centroid sums, κ is computed per shard and only the per-sample
     assignments and confidences are gathered (same labels as one process). Default ``None``:
     sharded when the world size is above 1 and the backend is torch; ``True`` forces the torch
-    backend; ``False`` gathers all features on rank 0. The acceptance
-    rate r follows ``scheme`` ('constant', 'step', 'linear'), evaluated at the number of epochs
-    completed; or the round's evidence decides, whatever the epoch: ``scheme='confidence'``
-    accepts the labels whose κ is ``threshold`` of the way from chance (1/k) to 1 or more,
-    ``'stability'`` those whose cluster is the
-    one their cluster of the previous round became (the previous assignments travel in the
-    checkpoints, so a resumed run decides as the uninterrupted one). ``confidence='kappa'`` is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's
-    per-cluster concentration. ``temperature``: τ of κ; None (default) takes the model's loss
-    temperature, the paper's choice. Each round's labels and confidences are saved under
+    backend; ``False`` gathers all features on rank 0. The acceptance rate r follows ``scheme``
+    ('constant', 'step', 'linear'), evaluated at the number of epochs completed; or the round's
+    evidence decides, whatever the epoch: ``scheme='confidence'`` accepts the labels whose κ is
+    ``threshold`` of the way from chance (1/k) to 1 or more, ``'stability'`` those whose cluster
+    is the one their cluster of the previous round became (the previous assignments travel in
+    the checkpoints, so a resumed run decides as the uninterrupted one). ``confidence='kappa'``
+    is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's per-cluster concentration. ``temperature``:
+    τ of κ; None (default) takes the model's loss temperature, the paper's choice. Each round's labels and confidences are saved under
     ``work_dir/pseudo_labels/``; the round itself is :func:`ifnd.clustering.clustering_round`.
 
     Features are extracted in batches of ``batch_size``: by default 2048 where the training set
@@ -232,10 +231,12 @@ class PseudoLabelHook(Hook):
         previous = checkpoint.get('pseudo_label_previous')
         if self.scheme != 'stability' or previous is None:
             return
-        if not (isinstance(previous, list) and len(previous) == len(self.num_clusters) and all(
-                isinstance(a, torch.Tensor) and a.ndim == 1 and a.dtype == torch.long for a in previous)):
-            runner.logger.warning('the checkpoint\'s previous-round assignments do not fit this run\'s '
-                                  f'{len(self.num_clusters)} levels: the next round accepts nothing')
+        fits = isinstance(previous, list) and len(previous) == len(self.num_clusters) and all(
+            isinstance(a, torch.Tensor) and a.ndim == 1 and a.dtype == torch.long for a in previous)
+        if not fits:
+            runner.logger.warning("the checkpoint's previous-round assignments do not fit this "
+                                  f"run's {len(self.num_clusters)} levels: the next round accepts "
+                                  'nothing')
             return
         self._previous = previous
 

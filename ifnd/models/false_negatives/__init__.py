@@ -22,7 +22,7 @@ from .support_views import SupportViews
 from .treatment import TREATMENTS, WEIGHTINGS, build_weighting, check_parts, flagged_loss
 
 __all__ = [
-    'ACCEPTANCE_SCHEMES', 'AcceptanceSchedule', 'acceptance_rate', 'DetectorNeeds', 'FalseNegativeDetector',
-    'NegativeBatch', 'GloFND', 'GroundTruth', 'PseudoLabelBank', 'PseudoLabels', 'PerSampleState',
+    'ACCEPTANCE_SCHEMES', 'AcceptanceSchedule', 'acceptance_rate', 'DetectorNeeds',
+    'FalseNegativeDetector', 'NegativeBatch', 'GloFND', 'GroundTruth', 'PseudoLabelBank', 'PseudoLabels', 'PerSampleState',
     'SupportViews', 'TREATMENTS', 'WEIGHTINGS', 'build_weighting', 'check_parts', 'flagged_loss',
 ]
