@@ -20,8 +20,10 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModel
 from torch import nn
 
+from ifnd.fileio.checkpoint_layouts import backbone_state
 from ifnd.registry import MODELS
-from .encoder import (IMAGENET_PREPROCESSOR, backbone_fits, backbone_state, load_backbone_weights,
+
+from .encoder import (IMAGENET_PREPROCESSOR, backbone_fits, load_backbone_weights,
                       load_checkpoint_file, resolve_backbone_config)
 
 

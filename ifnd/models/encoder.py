@@ -16,9 +16,7 @@ from mmengine.model import BaseModel
 
 from ifnd.fileio import read_checkpoint as load_checkpoint_file  # the tools' name for it
 from ifnd.fileio.checkpoint import check_weights
-# Re-exported: the tools and the transfer code read the layouts from here.
-from ifnd.fileio.checkpoint_layouts import (BACKBONE_PREFIXES, CHECKPOINT_LAYOUTS, HEAD_PREFIXES,  # noqa: F401
-                                            backbone_state, key_prefixes)
+from ifnd.fileio.checkpoint_layouts import backbone_state, key_prefixes
 from ifnd.models.architecture import checkpoint_architecture
 from ifnd.registry import MODELS
 

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from ifnd.fileio import AtomicLocalBackend
-from ifnd.models.encoder import HEAD_PREFIXES, load_encoder
+from ifnd.fileio.checkpoint_layouts import HEAD_PREFIXES
+from ifnd.models.encoder import load_encoder
 
 # detectron2 builds exactly these ResNets: (blocks per stage, bottleneck blocks) -> depth.
 RESNET_DEPTHS = {((2, 2, 2, 2), False): 18, ((3, 4, 6, 3), False): 34, ((3, 4, 6, 3), True): 50,
