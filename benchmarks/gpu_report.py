@@ -4,14 +4,18 @@ Parts, in order of value, each run as its own process and saved as ``<out-dir>/<
 it finishes (a run cut short keeps what it measured; a re-run skips the parts that succeeded unless
 ``--force``, and runs failed, timed-out or skipped ones):
 
-- ``cuda_tests``: the tests whose real check needs CUDA (a whole training step under
-  ``torch.cuda.set_sync_debug_mode('error')`` with device views, JPEGs decoded by nvJPEG on a side
-  stream, the data preprocessor's CUDA branch, the GPU recipes' bf16 / compile resolution);
+- ``cuda_tests``: the tests whose real check needs CUDA (whole Runner iterations, data fetch and
+  hooks included, and training steps under ``torch.cuda.set_sync_debug_mode('error')`` with device
+  views, JPEGs decoded by nvJPEG on a side stream, the data preprocessor's CUDA branch, the GPU
+  recipes' bf16 / compile resolution);
+- ``fmnist_full``: ``throughput.py --preset fmnist-full`` with device views (all 60,000 images);
+- ``step_profile``: ``step_cost.py --count-ops --profile`` on the same recipe: operators per step by
+  part, then GPU time per part, the GPU's idle share and kernel launches per step (profiler);
 - ``step_compiled_bf16``: ``step_cost.py`` at the ImageNet recipe (ResNet-50, 224 px, batch 256,
   channels_last, fused SGD), IFNDMoCo vs MoCo v2, compiled, bfloat16;
+- ``jpeg_folder``: ``throughput.py --preset in1k-jpeg``: the ImageNet recipe end to end on 2,048
+  generated JPEGs of 224 px, views and decoding on the GPU (its images/s over the step's alone);
 - ``clustering``: ``clustering_cost.py``, one round of 1.28M x 128 at k = 1000, 3000, 10000;
-- ``fmnist_full``: ``throughput.py --preset fmnist-full`` with device views (all 60,000 images);
-- ``jpeg_folder``: ``throughput.py`` on a generated folder of 224 px JPEGs;
 - ``step_eager_bf16``, ``step_eager_fp32``, ``step_compiled_fp32``: the other step variants.
 
 Each part declares its expected cost on one H100; with ``--budget`` seconds (default 420), a part
@@ -41,7 +45,6 @@ import math
 import os
 import os.path as osp
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -49,17 +52,17 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 HERE = osp.dirname(osp.abspath(__file__))
 REPO = osp.dirname(HERE)
 sys.path.insert(0, HERE)  # the shared helpers beside this script
-from common import HelpFormatter, describe_device  # noqa: E402
+from common import HelpFormatter, describe_device, digits_as_fmnist  # noqa: E402
 
 BUDGET_S = 420.0  # default --budget: seven minutes of parts, what a short GPU loan leaves for them
 # Tests with a CUDA branch or a CUDA-only body (they skip or check the CPU alone without a GPU).
-CUDA_TESTS = ['tests/test_fast_step.py::test_device_view_train_step_makes_no_host_sync',
+CUDA_TESTS = ['tests/test_fast_step.py::test_whole_runner_iterations_make_no_host_sync',
+              'tests/test_fast_step.py::test_device_view_train_step_makes_no_host_sync',
               'tests/test_fast_step.py::test_training_step_makes_no_host_sync',
               'tests/test_fast_step.py::test_gpu_recipes_train_in_bf16_compiled_where_cuda_is_present',
               'tests/test_gpu_report.py::test_nvjpeg_on_a_side_stream_is_ordered_before_the_callers_work',
@@ -77,14 +80,26 @@ TOY_STEP_ARGS = ['--model', 'resnet18', '--image-size', '16', '--batch-size', '4
                  '--pairs', 'moco', '--no-encoder', '--warmup', '1', '--repeats', '2', '--threads', '1',
                  '--device', 'cpu']
 FMNIST_ROOT = '/usr/share/datasets/fashion-mnist'  # Debian's dataset-fashion-mnist, the configs' data_root
+# The Fashion-MNIST recipe's step by part: 10 steps counted, 8 profiled (--rehearse: a narrow network,
+# 2 steps, scikit-learn's digits as Fashion-MNIST files where Debian's are missing).
+PROFILE_ARGS = ['--profile', '--count-steps', '10', '--profile-steps', '8']
+TOY_PROFILE_ARGS = ['--count-batch-size', '16', '--count-steps', '2', '--channels', '8', '16', '32', '64',
+                    '--threads', '1']
+# The ImageNet recipe end to end on 2,048 JPEGs of 224-280 px, one GPU's batch of 256, 8 workers reading
+# the files (--rehearse: 32 files of 64 px, a narrow network and a short queue, one epoch).
+JPEG_ARGS = ['--epochs', '2', '--jpeg-size', '224', '--jpeg-images', '2048', '--batch-size', '256', '--workers', '8']
+TOY_JPEG_ARGS = ['--epochs', '1', '--jpeg-size', '64', '--jpeg-images', '32', '--batch-size', '16', '--workers', '1',
+                 '--threads', '1', '--cfg-options', 'model.backbone.channels=(8,16,32,64)', 'model.queue_len=256']
 
 GOALS = {
     'step': ('ResNet-50 IFNDMoCo step, compiled bf16', 4000.0, '>=', 'img/s'),
     'ratio': ('IFNDMoCo / MoCo v2 step time, compiled bf16', 1.02, '<=', 'x'),
     'syncs': ('training steps with a host sync (sync-debug tests failed)', 0.0, '<=', ''),
     'clustering': ('clustering round, 1.28M x 128, k = 1k/3k/10k', 10.0, '<=', 's'),
-    'fmnist': ('end to end, Fashion-MNIST (device views)', 20000.0, '>=', 'img/s'),
-    'jpeg': ('end to end, JPEG folder at 224 px (device views)', 3000.0, '>=', 'img/s'),
+    'fmnist': ('end to end, Fashion-MNIST (device views)', 25000.0, '>=', 'img/s'),
+    'ops': ('operators dispatched a step, Fashion-MNIST recipe', 300.0, '<=', ''),
+    'jpeg': ('end to end, the ImageNet recipe on a JPEG folder at 224 px', 4000.0, '>=', 'img/s'),
+    'jpeg_ratio': ('JPEG end to end / the step alone (IFNDMoCo, compiled bf16)', 0.95, '>=', 'x'),
 }
 
 
@@ -119,8 +134,9 @@ def step_part(compiled: bool, bf16: bool, expected_s: int, rehearse: bool) -> Pa
 def parts(work_dir: str, rehearse: bool = False) -> list[Part]:
     """Every part, in running order (the most valuable first), at the GPU's sizes or ``--rehearse``'s.
 
-    Expected costs: the wall times measured on one H200 (docs/gpu_report_h200.md), rounded up; the
-    six most valuable fit ``BUDGET_S`` (checked by the tests), a second call runs the last two.
+    Expected costs: the wall times measured on one H200 (docs/gpu_report_h200.md), rounded up, or
+    estimated where a part has not run yet; the five most valuable fit ``BUDGET_S`` (checked by the
+    tests), a second call runs the last four.
     """
     toy = rehearse
     # 50 tests of tiny models, each a CPU step then CUDA steps: 11 s on a 2-core CPU for the CPU
@@ -129,19 +145,6 @@ def parts(work_dir: str, rehearse: bool = False) -> list[Part]:
         '-q', '-p', 'no:cacheprovider', *CUDA_TESTS, '--junitxml={json}.xml',
         # As a pytest plugin this script marks every collected test skipped (pytest_collection_modifyitems).
         *(['-p', 'benchmarks.gpu_report'] if toy else [])], 45, rehearsal=toy)]  # measured 32 s and 46 s
-    # Inductor compiles ResNet-50 fwd + bwd in bfloat16 once (typically 40-90 s: 60) and the key
-    # encoder's forward once (20); IFNDMoCo's encoders reuse MoCo v2's compiled code (same module
-    # classes and shapes: torch 2.11 compiles a second instance's first step to nothing), then
-    # 2 x 23 steps of about 0.15 s: 8 + 60 + 20 + 7.
-    found.append(step_part(True, True, 110, toy))  # measured 109 s (89 s compiling)
-    # 1.28M random features made on the CPU (3 s), one round at nredo 1: 20 Lloyd steps over
-    # 1M / 1.28M / 1.28M points at k = 1k / 3k / 10k, about 90 TFLOP of distances (2-5 s):
-    # 8 + 3 + 5, and a margin.
-    found.append(Part('clustering', 'clustering_cost.py', [
-        '--device', 'cpu' if toy else 'cuda', '--backends', 'torch',
-        *(['--num-samples', '3000', '--ks', '10,30,100', '--threads', '1'] if toy else
-          ['--num-samples', '1281167', '--ks', '1000,3000,10000']),
-        '--nredo', '1', '--out', '{json}'], 25, rehearsal=toy))  # measured 21 s
     # Two epochs of 234 steps of 256: the first compiles and trains without accepted pseudo labels
     # (the linear schedule starts at 0), the second is timed. tools/train.py start-up and 60k + 10k
     # images loaded (12 s), ResNet-18 compiled for training (30 s) and for extraction at the hooks'
@@ -150,18 +153,35 @@ def parts(work_dir: str, rehearse: bool = False) -> list[Part]:
     found.append(Part('fmnist_full', 'throughput.py', [
         '--preset', 'fmnist-full', '--views', 'device', '--epochs', '2',
         '--work-dir', osp.join(work_dir, 'fmnist_full'), '--out', '{json}',
-        *(fmnist_toy_args(work_dir) if toy else [])], 85, rehearsal=toy))  # measured 83 s
-    # 2048 JPEGs written first (5 ms each, 10 s) and the decoder probe (4 s); two tools/train.py runs
-    # (8 s start-up each) of 16 steps of 256 (2 passes: 4 s of mmengine's pass-start sleeps each),
-    # 13 timed: views in 8 loader workers at about 0.7 s a step, on the GPU at about 0.1 s. One
-    # device run: the GPU machine decodes with torchvision only (with TorchCodec too, one more, 15 s).
+        *(fmnist_toy_args(work_dir) if toy else [])], 85, rehearsal=toy))  # measured 83 s (before the views compiled)
+    # The same recipe's step taken apart: operators per part, then a profiled third epoch (GPU time per
+    # part, idle share, launches). Same shapes as fmnist_full, so inductor's cache holds most graphs:
+    # start-up (10 s), the views', the head's and loss' graphs (3 x 10 s), three short epochs and
+    # rounds on 3,072 images (10 s). Not measured yet.
+    found.append(Part('step_profile', 'step_cost.py', [
+        '--count-ops', '--recipe', 'fmnist-device', '--json', '{json}',
+        *([*TOY_PROFILE_ARGS, '--fmnist-root', osp.join(work_dir, 'fmnist_digits')] if toy else PROFILE_ARGS)],
+        60, rehearsal=toy))
+    # Inductor compiles ResNet-50 fwd + bwd in bfloat16 once (typically 40-90 s: 60) and the key
+    # encoder's forward once (20); IFNDMoCo's encoders reuse MoCo v2's compiled code (same module
+    # classes and shapes: torch 2.11 compiles a second instance's first step to nothing), then
+    # 2 x 23 steps of about 0.15 s: 8 + 60 + 20 + 7.
+    found.append(step_part(True, True, 110, toy))  # measured 109 s (89 s compiling)
+    # The ImageNet recipe through tools/train.py on 2,048 JPEGs of 224-280 px written first (10 s), views
+    # and decoding on the GPU: start-up (8 s), ResNet-50's graphs from the step part's cache and the
+    # head's, loss' and views' compiled (40 s), two epochs of 8 steps, three rounds and the kNN (15 s),
+    # one batch decoded alone (5 s). Not measured yet.
     found.append(Part('jpeg_folder', 'throughput.py', [
-        '--data', 'jpeg', *(['--jpeg-size', '64', '--jpeg-crop', '32', '--jpeg-images', '48', '--batch-size', '8',
-                             '--workers', '1', '--iters', '3', '--warmup', '1', '--threads', '1',
-                             '--decoder', 'torchvision'] if toy else
-                            ['--jpeg-size', '224', '--jpeg-crop', '224', '--jpeg-images', '2048', '--batch-size', '256',
-                             '--workers', '8', '--iters', '14', '--warmup', '2']),
-        '--work-dir', osp.join(work_dir, 'jpeg_folder'), '--out', '{json}'], 120, rehearsal=toy))  # measured 120 s
+        '--preset', 'in1k-jpeg', '--views', 'device', *(TOY_JPEG_ARGS if toy else JPEG_ARGS),
+        '--work-dir', osp.join(work_dir, 'jpeg_folder'), '--out', '{json}'], 120, rehearsal=toy))
+    # 1.28M random features made on the CPU (3 s), one round at nredo 1: 20 Lloyd steps over
+    # 1M / 1.28M / 1.28M points at k = 1k / 3k / 10k, about 90 TFLOP of distances (2-5 s):
+    # 8 + 3 + 5, and a margin.
+    found.append(Part('clustering', 'clustering_cost.py', [
+        '--device', 'cpu' if toy else 'cuda', '--backends', 'torch',
+        *(['--num-samples', '3000', '--ks', '10,30,100', '--threads', '1'] if toy else
+          ['--num-samples', '1281167', '--ks', '1000,3000,10000']),
+        '--nredo', '1', '--out', '{json}'], 25, rehearsal=toy))  # measured 21 s
     # Eager: no compilation; 2 x 23 steps of about 0.2 s in bfloat16, 0.35 s in float32 (TF32
     # convolutions), with cuDNN's benchmark search in the first.
     found.append(step_part(False, True, 25, toy))  # measured 24 s
@@ -180,23 +200,6 @@ def fmnist_toy_args(work_dir: str) -> list[str]:
         return [*small, 'train_dataloader.dataset.subset_fraction=0.005',
                 'custom_hooks.1.val_dataset.subset_fraction=0.01']
     return ['--fmnist-root', osp.join(work_dir, 'fmnist_digits'), *small]
-
-
-def digits_as_fmnist(root: str, train: int = 320, test: int = 100) -> str:
-    """scikit-learn's digits written as Fashion-MNIST IDX files (28 px), for a rehearsal without the data set."""
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
-    # 8 px to 24 px by repeating each pixel, padded to Fashion-MNIST's 28 px.
-    images = np.pad(np.kron(images, np.ones((3, 3), np.uint8)), ((0, 0), (2, 2), (2, 2)))
-    labels = digits.target.astype(np.uint8)
-    os.makedirs(root, exist_ok=True)
-    for prefix, rows in (('train', slice(0, train)), ('t10k', slice(train, train + test))):
-        for stem, array in (('images-idx3', images[rows]), ('labels-idx1', labels[rows])):
-            header = struct.pack('>BBBB', 0, 0, 0x08, array.ndim) + struct.pack(f'>{array.ndim}i', *array.shape)
-            with open(osp.join(root, f'{prefix}-{stem}-ubyte'), 'wb') as f:
-                f.write(header + array.tobytes())
-    return root
 
 
 def pytest_collection_modifyitems(config: object, items: list) -> None:
@@ -279,7 +282,7 @@ def figures(results: dict) -> dict[str, float | None]:
             return None
         try:
             return float(read(results[part]))
-        except (KeyError, TypeError, IndexError, ValueError, StopIteration):
+        except (KeyError, TypeError, IndexError, ValueError, StopIteration, ZeroDivisionError):
             return None
 
     return {
@@ -291,14 +294,19 @@ def figures(results: dict) -> dict[str, float | None]:
         'clustering': get('clustering', lambda r: r['result']['rows'][0]['total_s']),
         'fmnist': get('fmnist_full', lambda r: next(x['images_per_s'] for x in r['result']['rows']
                                                     if x['views'] == 'device')),
+        'ops': get('step_profile', lambda r: r['result']['ops_per_step']),
         'jpeg': get('jpeg_folder', lambda r: next(x['images_per_s'] for x in r['result']['rows']
-                                                  if x['augment_on'] == 'device')),
+                                                  if x['views'] == 'device')),
+        'jpeg_ratio': get('jpeg_folder', lambda r: next(x['images_per_s'] for x in r['result']['rows']
+                                                        if x['views'] == 'device')
+                          / results['step_compiled_bf16']['result']['variants']['IFNDMoCo']['images_per_s']),
     }
 
 
 def render(results: dict, device: str, all_parts: Sequence[Part] = (), skipped: dict[str, float] | None = None,
            budget_s: float = BUDGET_S, rehearsal: bool = False) -> str:
-    """The Markdown report: device, each figure beside its goal, every step-cost variant, each part's state.
+    """The Markdown report: device, each figure beside its goal, every step-cost variant, the step's
+    parts (operators, GPU time), the JPEG decoder, each part's state.
 
     ``skipped``: the parts left out for the budget, with the seconds that were left of it.
     """
@@ -319,9 +327,19 @@ def render(results: dict, device: str, all_parts: Sequence[Part] = (), skipped: 
     if nredo is not None:
         lines += ['', f'The clustering round restarts k-means {nredo} time(s) per level (nredo {nredo}); the '
                   'configs use 5, and the k-means time grows in proportion.']
-    lines += ['', '| Step variant | MoCo v2 img/s | IFNDMoCo img/s | IFNDMoCo / MoCo v2 | '
-              'Warm-up s (MoCo v2 / IFNDMoCo) |', '|---|---:|---:|---:|---:|']
-    for name in sorted(r for r in results if r.startswith('step_')):
+    lines += _step_lines(results) + _profile_lines(results)
+    tests = results.get('cuda_tests', {}).get('tests')
+    if tests:
+        lines += ['', f"CUDA-only tests: {tests['passed']} passed, {tests['failed']} failed, "
+                  f"{tests['skipped']} skipped."]
+    return '\n'.join(lines + _part_lines(results, all_parts, skipped or {}, budget_s)) + '\n'
+
+
+def _step_lines(results: dict) -> list[str]:
+    """The step-cost variants, one row each."""
+    lines = ['', '| Step variant | MoCo v2 img/s | IFNDMoCo img/s | IFNDMoCo / MoCo v2 | '
+             'Warm-up s (MoCo v2 / IFNDMoCo) |', '|---|---:|---:|---:|---:|']
+    for name in sorted(r for r in results if r.startswith('step_') and r != 'step_profile'):
         res = results[name].get('result')
         if res:
             v, ratio = res['variants'], res['ratios']['IFNDMoCo/MoCoV2']['ratio_of_medians']
@@ -329,13 +347,30 @@ def render(results: dict, device: str, all_parts: Sequence[Part] = (), skipped: 
                               for k in ('MoCoV2', 'IFNDMoCo'))
             lines.append(f"| {name[5:].replace('_', ', ')} | {v['MoCoV2']['images_per_s']:,.0f} | "
                          f"{v['IFNDMoCo']['images_per_s']:,.0f} | {ratio:.3f} | {warm} |")
-    tests = results.get('cuda_tests', {}).get('tests')
-    if tests:
-        lines += ['', f"CUDA-only tests: {tests['passed']} passed, {tests['failed']} failed, "
-                  f"{tests['skipped']} skipped."]
-    skipped = skipped or {}
-    lines += ['', '| Part | Expected (one H100) | State | Exit code | Wall time | Log |',
-              '|---|---:|---|---:|---:|---|']
+    return lines
+
+
+def _profile_lines(results: dict) -> list[str]:
+    """The Fashion-MNIST step by part (operators, GPU time, idle share, launches) and the JPEG decoder."""
+    lines = []
+    profile = results.get('step_profile', {}).get('result')
+    if profile:
+        sys.path.insert(0, HERE)
+        from op_count import ops_table
+        lines += ['', ops_table(profile)]
+    decode = results.get('jpeg_folder', {}).get('result', {}).get('decode')
+    if decode:
+        lines += ['', f"JPEG decoding ({results['jpeg_folder']['result']['rows'][0]['views']} views): "
+                  f"{decode['decoder']} on {decode['device']}, {decode['ms_per_batch']:.1f} ms a batch of "
+                  f"{decode['images']} files, timed alone."]
+    return lines
+
+
+def _part_lines(results: dict, all_parts: Sequence[Part], skipped: dict[str, float], budget_s: float
+                ) -> list[str]:
+    """Each part's expected cost, state, exit code, wall time and log; the parts skipped for the budget."""
+    lines = ['', '| Part | Expected (one H100) | State | Exit code | Wall time | Log |',
+             '|---|---:|---|---:|---:|---|']
     expected = {p.name: p.expected_s for p in all_parts}
     for name in [p.name for p in all_parts] + [r for r in results if r not in expected]:
         exp = f'{expected[name]} s' if name in expected else '-'
@@ -350,7 +385,7 @@ def render(results: dict, device: str, all_parts: Sequence[Part] = (), skipped: 
     if skipped:
         lines += ['', f"Skipped for the budget (--budget {budget_s:g} s): {', '.join(skipped)}. Run the same "
                   'command again: the parts done are kept and these run.']
-    return '\n'.join(lines) + '\n'
+    return lines
 
 
 def fake_results(all_parts: list[Part]) -> dict:
@@ -360,9 +395,20 @@ def fake_results(all_parts: list[Part]) -> dict:
                 ratios={'IFNDMoCo/MoCoV2': dict(ratio_of_medians=1.012)})
     made = {'cuda_tests': dict(tests=dict(passed=40, failed=0, skipped=0, sync_passed=30, sync_failed=0)),
             'clustering': dict(result=dict(rows=[dict(total_s=7.5)], settings=dict(nredo=1))),
-            'fmnist_full': dict(result=dict(rows=[dict(views='device', images_per_s=21000.0)])),
-            'jpeg_folder': dict(result=dict(rows=[dict(augment_on='cpu', images_per_s=900.0),
-                                                  dict(augment_on='device', images_per_s=3500.0)]))}
+            'fmnist_full': dict(result=dict(rows=[dict(views='device', images_per_s=30000.0)])),
+            'step_profile': dict(result=dict(
+                config='configs/ifnd/ifnd_r18_200e_fmnist_device_aug.py', device='CUDA: Fake GPU', torch='2',
+                compiled=False, batch_size=256, steps_counted=10, ops_per_step_min=150, ops_per_step_max=153,
+                labels_accepted=True, ops_per_step=150, kernels_per_step=70,
+                by_part=dict(data=3, augmentation=5, forward=23, loss=8, backward=105, optimizer=1, hooks=5),
+                kernels_by_part=dict(data=2, augmentation=5, forward=22, loss=7, backward=33, optimizer=1, hooks=0),
+                profile=dict(gpu_ms_per_step_by_part=dict(data=0.01, augmentation=0.3, forward=2.0, loss=0.4,
+                                                          backward=3.5, optimizer=0.2, hooks=0.0),
+                             gpu_ms_per_step=6.5, timeline_ms_per_step=7.0, gpu_idle_share=0.07,
+                             launches_per_step=160.0, steps_profiled=8))),
+            'jpeg_folder': dict(result=dict(rows=[dict(views='device', images_per_s=4100.0)],
+                                            decode=dict(decoder='torchvision', device='cuda:0', images=256,
+                                                        ms_per_batch=20.0)))}
     return {p.name: dict(made.get(p.name, dict(result=step)), returncode=0, wall_s=1.0, log=f'{p.name}.log')
             for p in all_parts}
 

@@ -53,6 +53,7 @@ ENCODER = 'Encoder'  # the backbone alone, forward + backward + update
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
 from common import HelpFormatter, describe_device, report_results, resolve_device, time_call  # noqa: E402
+from op_count import add_arguments as add_count_arguments  # noqa: E402
 
 # Head width and queue length of the recipes, by backbone: ResNet-50 the ImageNet recipe's
 # (configs/ifnd_r50_200e_in1k.py), others the ResNet-18 recipes' head and a smaller queue.
@@ -70,6 +71,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help='which comparisons to run')
     _add_model_arguments(parser)
     _add_timing_arguments(parser)
+    add_count_arguments(parser)
     args = parser.parse_args(argv)
     _complete_and_check(parser, args)
     return args
@@ -387,6 +389,12 @@ def markdown_table(result: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> dict:
     """Run the benchmark, print the table, optionally write JSON; returns the results."""
     args = parse_args(argv)
+    if args.count_ops:
+        from op_count import count_ops, ops_table
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        result = count_ops(args)
+        return report_results(result, ops_table(result), args.json or args.out)
     result = run_benchmark(args)
     return report_results(result, markdown_table(result), args.out)
 

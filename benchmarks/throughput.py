@@ -22,6 +22,14 @@ and after every epoch. It reports the last epoch's images/s (iterations logged e
 logged time the mean of those 50, which ends on the device's own finish), the peak GPU memory, the
 last clustering round's seconds (feature extraction, k-means, confidence) and the wall time of the
 whole run, compilation included.
+
+``--preset in1k-jpeg`` trains the ImageNet recipe a user runs (``configs/ifnd_r50_200e_in1k.py``:
+IFNDMoCo, ResNet-50, 224 px; on a GPU compiled, bfloat16) on a folder of ``--jpeg-images`` generated
+JPEGs in ImageNet's layout, batch ``--batch-size`` on one device, views made on the device (files
+decoded there) or by ``--workers`` loader workers, for ``--epochs`` epochs (the first compiles), a
+clustering round (k = 10, 30, 100, those with 4 images each) after each. It reports the last epoch's images/s (logged once an
+epoch: the mean of its steps, no host sync in between), and the decoder that ran with its time per
+batch (one batch of the files decoded on the device, timed alone).
 """
 from __future__ import annotations
 
@@ -36,10 +44,9 @@ import sys
 import time
 from typing import Sequence
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, resolve_device  # noqa: E402
+from common import HelpFormatter, describe_device, make_jpeg_folder, resolve_device  # noqa: E402
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 AUGMENT_ON = ('cpu', 'device')
@@ -48,6 +55,17 @@ FMNIST_RECIPES = {'device': 'configs/ifnd/ifnd_r18_200e_fmnist_device_aug.py',
                   'cpu': 'configs/ifnd/ifnd_r18_200e_fmnist.py'}
 # Iterations per logged (and averaged) time in the preset's runs.
 PRESET_LOG_INTERVAL = 50
+IN1K_RECIPE = 'configs/ifnd_r50_200e_in1k.py'
+# --preset in1k-jpeg: the recipe on the generated folder, a round after each epoch, logged once an epoch.
+IN1K_CONFIG = """\
+_base_ = [{recipe!r}]
+train_dataloader = dict(batch_size={batch_size}, num_workers={workers},
+                        dataset=dict(data_root={root!r}, augment_on={views!r}))
+custom_hooks = [dict(_base_.pseudo_label_hook, num_clusters={clusters}, num_workers={workers})]
+train_cfg = dict(max_epochs={epochs})
+default_hooks = dict(logger=dict(interval={steps}), checkpoint=dict(interval={epochs}))
+log_processor = dict(window_size={steps})
+"""
 
 CONFIG = """\
 _base_ = [{runtime!r}, {dataset_base!r}]
@@ -90,8 +108,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument('--work-dir', default='work_dirs/throughput', help='configs, logs and the JPEG folder')
     p.add_argument('--python', default=sys.executable, help='interpreter that runs tools/train.py')
     p.add_argument('--out', help='write the results as JSON here')
-    p.add_argument('--preset', choices=('fmnist-full',),
-                   help='train the full Fashion-MNIST IFND recipe end to end instead (see above)')
+    p.add_argument('--preset', choices=('fmnist-full', 'in1k-jpeg'),
+                   help='train the full Fashion-MNIST IFND recipe, or the ImageNet one on a JPEG folder, end '
+                   'to end instead (see above)')
     p.add_argument('--epochs', type=int, default=2, help='epochs of each --preset run')
     p.add_argument('--views', nargs='+', choices=AUGMENT_ON, default=['device', 'cpu'],
                    help='--preset runs: views made on the device, by loader workers on the CPU, or both')
@@ -105,26 +124,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.epochs < 1:
         p.error('--epochs must be >= 1')
     return args
-
-
-def make_jpeg_folder(root: str, n: int, size: int, seed: int = 0) -> str:
-    """``n`` JPEG files of about ``size`` pixels (sides vary by up to 25%) in 4 class folders."""
-    from PIL import Image
-    rng = np.random.default_rng(seed)
-    done = osp.join(root, f'.done-{n}-{size}')
-    if osp.isfile(done):
-        return root
-    for i in range(n):
-        h, w = (int(size * f) for f in rng.uniform(1.0, 1.25, 2))
-        yy, xx = np.mgrid[0:h, 0:w] / size
-        base = np.stack([np.sin(xx * rng.uniform(2, 12)), np.cos(yy * rng.uniform(2, 12)),
-                         np.sin((xx + yy) * rng.uniform(2, 12))], -1)
-        img = np.clip(127 + 100 * base + rng.normal(0, 12, (h, w, 3)), 0, 255).astype(np.uint8)
-        folder = osp.join(root, f'class{i % 4}')
-        os.makedirs(folder, exist_ok=True)
-        Image.fromarray(img).save(osp.join(folder, f'{i:05d}.jpg'), quality=90)
-    open(done, 'w').close()
-    return root
 
 
 def write_config(path: str, data: str, augment_on: str, args: argparse.Namespace, jpeg_root: str,
@@ -243,8 +242,51 @@ def markdown_table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
+def in1k_jpeg_command(views: str, args: argparse.Namespace) -> tuple[list[str], str]:
+    """The tools/train.py command of one ``--preset in1k-jpeg`` run (its config written), and its work dir."""
+    work_dir = osp.abspath(osp.join(args.work_dir, f'in1k_jpeg_{views}'))
+    root = osp.abspath(osp.join(args.work_dir, 'in1k_jpegs'))
+    steps = args.jpeg_images // args.batch_size
+    if steps < 1:
+        raise SystemExit(f'--preset in1k-jpeg: {args.jpeg_images} images make no batch of {args.batch_size}')
+    config = osp.join(work_dir, 'in1k_jpeg.py')
+    if not args.dry_run:
+        make_jpeg_folder(osp.join(root, 'train'), args.jpeg_images, args.jpeg_size)
+        make_jpeg_folder(osp.join(root, 'val'), 64, args.jpeg_size, seed=1)  # the kNN after the last epoch
+        os.makedirs(work_dir, exist_ok=True)
+        with open(config, 'w') as f:
+            f.write(IN1K_CONFIG.format(recipe=osp.join(REPO, IN1K_RECIPE), batch_size=args.batch_size,
+                                       workers=args.workers, root=root, views=views, epochs=args.epochs,
+                                       steps=steps, clusters=[k for k in (10, 30, 100) if 4 * k <= args.jpeg_images]
+                                       or [2]))
+    return [args.python, 'tools/train.py', config, '--work-dir', work_dir, '--overwrite',
+            *(['--cfg-options', *args.cfg_options] if args.cfg_options else [])], work_dir
+
+
+def decode_time(args: argparse.Namespace, batches: int = 5) -> dict:
+    """The device decoder ('auto') and its milliseconds per batch of ``--batch-size`` of the preset's files."""
+    import torch
+
+    from ifnd.datasets.decode import decode_images, image_decoder, read_encoded_batch
+    root = osp.abspath(osp.join(args.work_dir, 'in1k_jpegs', 'train'))
+    paths = sorted(glob.glob(osp.join(root, '*', '*.jpg')))[:args.batch_size]
+    device = resolve_device('auto')
+    buffer, sizes = read_encoded_batch(paths)
+    files = torch.split(buffer, sizes)
+    decode_images(files, paths, device)  # first use: the decoder's set-up
+    tic = time.perf_counter()
+    for _ in range(batches):
+        decode_images(files, paths, device)
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    return dict(decoder=image_decoder('auto').name, device=str(device), images=len(paths),
+                ms_per_batch=1000 * (time.perf_counter() - tic) / batches)
+
+
 def preset_command(views: str, args: argparse.Namespace) -> tuple[list[str], str]:
     """The tools/train.py command of one --preset run, and its work dir."""
+    if args.preset == 'in1k-jpeg':
+        return in1k_jpeg_command(views, args)
     work_dir = osp.abspath(osp.join(args.work_dir, f'fmnist_full_{views}'))
     options = [f'train_cfg.max_epochs={args.epochs}',
                'custom_hooks.0.interval=1',  # a clustering round after every epoch
@@ -259,8 +301,9 @@ def preset_command(views: str, args: argparse.Namespace) -> tuple[list[str], str
     return command, work_dir
 
 
-def preset_result(views: str, work_dir: str, epochs: int, wall_s: float) -> dict:
-    """The last epoch's speed, peak memory and last clustering round of a finished --preset run."""
+def preset_result(views: str, work_dir: str, epochs: int, wall_s: float, config: str) -> dict:
+    """The last epoch's speed, peak memory and last clustering round of a finished --preset run of
+    ``config`` (the recipe: its batch size is read from the copy tools/train.py left in ``work_dir``)."""
     from mmengine.config import Config
     files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
     if not files:
@@ -270,14 +313,13 @@ def preset_result(views: str, work_dir: str, epochs: int, wall_s: float) -> dict
     last = [r for r in rows if 'time' in r and r.get('epoch') == epochs]
     if not last:
         raise SystemExit(f'{work_dir}: no iteration of epoch {epochs} was logged; an epoch needs at '
-                         f'least {PRESET_LOG_INTERVAL} iterations')
-    batch_size = Config.fromfile(osp.join(work_dir, osp.basename(FMNIST_RECIPES[views]))) \
-        .train_dataloader.batch_size
+                         'least one logger interval of iterations')
+    batch_size = Config.fromfile(osp.join(work_dir, osp.basename(config))).train_dataloader.batch_size
     median = statistics.median(r['time'] for r in last)
     with open(osp.join(work_dir, 'pseudo_labels', 'rounds.json')) as f:
         rounds = json.load(f)
     memory = [r['memory'] for r in last if 'memory' in r]
-    return dict(views=views, config=FMNIST_RECIPES[views], epochs=epochs, batch_size=batch_size,
+    return dict(views=views, config=config, epochs=epochs, batch_size=batch_size,
                 ms_per_iter=1000 * median, images_per_s=batch_size / median,
                 peak_memory_mb=max(memory) if memory else None, wall_s=wall_s,
                 clustering_s={part: rounds[-1][f'seconds_{part}']
@@ -317,12 +359,22 @@ def run_preset(args: argparse.Namespace, device: str) -> dict:
                 print(f.read()[-4000:], file=sys.stderr)
             raise SystemExit(f'{views} views: training failed with exit code {proc.returncode} '
                              f'(log: {log_path})')
-        rows.append(preset_result(views, work_dir, args.epochs, wall_s))
+        rows.append(preset_result(views, work_dir, args.epochs, wall_s, command[2]))
+        if args.preset == 'in1k-jpeg':
+            rows[-1]['config'] = IN1K_RECIPE  # what the written config runs
     result = dict(device=device, preset=args.preset, epochs=args.epochs, rows=rows)
+    if rows and args.preset == 'in1k-jpeg':
+        result['decode'] = decode_time(args)
     if rows:
-        print(f'\nDevice: {device}; Fashion-MNIST, IFND, ResNet-18, {args.epochs} epochs, a clustering '
-              f'round before training and after each epoch\n')
+        what = (f'ImageNet recipe (IFNDMoCo, ResNet-50) on {args.jpeg_images} JPEGs of {args.jpeg_size} px'
+                if args.preset == 'in1k-jpeg' else 'Fashion-MNIST, IFND, ResNet-18')
+        print(f'\nDevice: {device}; {what}, {args.epochs} epochs, a clustering round before training and '
+              'after each epoch\n')
         print(preset_table(rows))
+        if 'decode' in result:
+            d = result['decode']
+            print(f"\nDecoding: {d['decoder']} on {d['device']}, {d['ms_per_batch']:.1f} ms a batch of "
+                  f"{d['images']} files")
     return result
 
 

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -127,6 +128,70 @@ def test_step_cost_follows_the_recipes_and_times_gpu_steps_by_cuda_events(monkey
     assert 0.01 <= read() < 1.0
 
 
+COUNT_ARGS = ['--count-ops', '--recipe', 'fmnist-device', '--count-batch-size', '32', '--count-steps', '2',
+              '--channels', '8', '16', '32', '64', '--threads', '1']
+
+
+def test_step_cost_counts_a_recipe_steps_operators_by_part(tmp_path, capsys):
+    """The Fashion-MNIST device-view recipe through the Runner (scikit-learn's digits written as its
+    files): every part dispatches, the JSON and the table hold the median step's counts."""
+    out = tmp_path / 'ops.json'
+    result = _load('step_cost').main(COUNT_ARGS + ['--fmnist-root', str(tmp_path / 'absent'), '--json', str(out)])
+    with open(out) as f:
+        assert json.load(f)['ops_per_step'] == result['ops_per_step']
+    parts = ('data', 'augmentation', 'forward', 'loss', 'backward', 'optimizer', 'hooks')
+    assert tuple(result['by_part']) == parts and sum(result['by_part'].values()) == result['ops_per_step']
+    assert result['labels_accepted'] and result['steps_counted'] >= 2 and result['profile'] is None
+    assert all(result['by_part'][p] > 0 for p in parts if p != 'hooks'), result['by_part']
+    assert all(0 < result['kernels_by_part'][p] <= result['by_part'][p] for p in parts if p != 'hooks')
+    rows = {r[0]: r[1:] for r in _table_rows(capsys.readouterr().out)}
+    assert rows['**step**'][0] == f"**{result['ops_per_step']}**"
+    # Eager on a CPU, the views are the step's largest part (grey images: no hue, one channel).
+    assert result['by_part']['augmentation'] == max(result['by_part'].values())
+
+
+def test_the_fmnist_recipe_compiled_dispatches_few_operators_a_step(tmp_path):
+    """With the GPU recipe's compile settings forced (inductor, bfloat16 autocast), a step of the
+    Fashion-MNIST device-view recipe dispatches at most 300 operators (1,516 before the views, the
+    projection head and the loss were compiled and the data stayed on the device)."""
+    # One block a stage, so inductor compiles in a quarter of the time; the parts other than the
+    # encoder's forward and backward do not depend on it (docs/speed.md: 153 a step at ResNet-18's depth).
+    result = _load('step_cost').main(COUNT_ARGS + ['--compile', '--fmnist-root', str(tmp_path / 'absent'),
+                                                   '--count-cfg-options', 'model.backbone.layers=(1,1,1,1)'])
+    assert result['ops_per_step'] <= 300, result['by_part']
+    assert result['by_part']['augmentation'] <= 8  # one draw, one compiled region and its roi_aligns
+    assert result['by_part']['loss'] <= 10  # the head, the masks and the loss: one compiled region
+    assert result['by_part']['data'] <= 4  # the batch gathered on the device from its indices
+
+
+def test_gpu_profile_attributes_kernels_to_parts_and_finds_the_idle_share():
+    bench = _load('op_count')
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(name, parent=None, kernels=(), span=None, device=cpu):
+        start, end = span or (0, 0)
+        return types.SimpleNamespace(name=name, cpu_parent=parent, device_type=device,
+                                     kernels=[types.SimpleNamespace(duration=d) for d in kernels],
+                                     time_range=types.SimpleNamespace(start=start, end=end))
+
+    views = event('part:augmentation')
+    loss = event('part:loss')
+    events = [views, loss, event('aten::roi_align', views, kernels=[300]), event('cudaLaunchKernel', views),
+              event('aten::mm', event('aten::linear', loss), kernels=[500, 200]), event('cudaLaunchKernel', loss),
+              event('cudaLaunchKernel', loss), event('aten::convolution_backward', kernels=[1000]),
+              event('cudaLaunchKernel'),
+              # the device's timeline: 0-300, 250-950 (overlapping), then idle, then 1500-2500
+              event('roi_align', span=(0, 300), device=cuda), event('mm', span=(250, 950), device=cuda),
+              event('conv_bwd', span=(1500, 2500), device=cuda)]
+    got = bench.gpu_profile(events, steps=2)
+    assert got['gpu_ms_per_step_by_part']['augmentation'] == 0.15
+    assert got['gpu_ms_per_step_by_part']['loss'] == 0.35
+    assert got['gpu_ms_per_step_by_part']['backward'] == 0.5  # launched outside every part's range
+    assert got['launches_per_step'] == 2.0
+    assert got['timeline_ms_per_step'] == 1.25 and got['gpu_ms_per_step'] == 0.975
+    assert got['gpu_idle_share'] == round(1 - 1950 / 2500, 4)
+
+
 def test_throughput_fmnist_preset_commands_and_results(tmp_path, capsys):
     bench = _load('throughput')
     argv = ['--preset', 'fmnist-full', '--dry-run', '--work-dir', str(tmp_path), '--epochs', '3',
@@ -159,7 +224,7 @@ def test_throughput_fmnist_preset_commands_and_results(tmp_path, capsys):
     (run / 'pseudo_labels' / 'rounds.json').write_text(json.dumps([
         dict(epoch=2, seconds_extract=9.0, seconds_kmeans=9.0, seconds_confidence=9.0),
         dict(epoch=3, seconds_extract=1.5, seconds_kmeans=2.25, seconds_confidence=0.5)]))
-    result = bench.preset_result('device', str(run), 3, 321.0)
+    result = bench.preset_result('device', str(run), 3, 321.0, bench.FMNIST_RECIPES['device'])
     assert result['ms_per_iter'] == pytest.approx(200.0) and result['images_per_s'] == pytest.approx(1280)
     assert result['peak_memory_mb'] == 1100 and result['clustering_s']['kmeans'] == 2.25
     assert '| device | `ifnd_r18_200e_fmnist_device_aug.py` | 200.0 | 1280 | 1100 | 1.50 / 2.25 / 0.50 | 321 |' \

@@ -11,11 +11,12 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from ifnd.datasets import ContrastiveView, CorruptImageError, Digits, ImageFolder, MoCoV2View, SimCLRView
+from ifnd.datasets import device_augment
 from ifnd.datasets.base import batch_collate
 from ifnd.datasets.decode import available_decoders, decode_images
-from ifnd.datasets.device_augment import (DeviceView, DeviceViews, adjust_brightness, adjust_contrast,
-                                         adjust_hue, adjust_saturation, gaussian_blur, grey, resized_crops,
-                                         sample_crops)
+from ifnd.datasets.device_augment import (DRAW_FACTORS, DRAW_ORDER, NUM_DRAWS, DeviceView, DeviceViews,
+                                         adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation,
+                                         gaussian_blur, grey, resized_crops, sample_crops)
 from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
 from ifnd.registry import RUNNERS
 
@@ -84,19 +85,13 @@ def test_colour_ops_match_torchvision_per_sample():
 def test_jitter_order_is_random_per_sample():
     # Brightness then contrast differs from contrast then brightness once values clip; with only these
     # two on, a batch of one repeated image must show both orders, as torchvision's random order.
-    torch.manual_seed(0)
     view = ContrastiveView(size=8, scale=(1.0, 1.0), jitter=(0.9, 0.9, 0.0, 0.0), jitter_p=1.0, grayscale_p=0.0,
                            flip=False)
-    dv = DeviceView(view)
     x = _rate_images(1).expand(2000, -1, -1, -1).float() / 255
-    torch.manual_seed(3)
-    y = dv.colour(x)
-    torch.manual_seed(3)
-    n = x.shape[0]
-    torch.rand(n)  # the jitter_p draw
-    order = torch.rand(n, 4).argsort(1)
-    b = 0.1 + 1.8 * torch.rand(n)
-    c = 0.1 + 1.8 * torch.rand(n)
+    draws = torch.rand(x.shape[0], NUM_DRAWS, generator=torch.Generator().manual_seed(3))
+    y = DeviceView(view).colour(x, draws)
+    order = draws[:, DRAW_ORDER].argsort(1)
+    b, c = (0.1 + 1.8 * draws[:, DRAW_FACTORS][:, j] for j in (0, 1))
     bc = adjust_contrast(adjust_brightness(x, b), c)
     cb = adjust_brightness(adjust_contrast(x, c), b)
     first_b = (order == 0).int().argmax(1) < (order == 1).int().argmax(1)
@@ -264,7 +259,10 @@ def test_jpeg_files_decoded_and_augmented_in_batches(tmp_path):
     ds = ImageFolder(str(tmp_path), pipeline=pipeline, augment_on='device')
     loader = torch.utils.data.DataLoader(ds, batch_size=5, collate_fn=batch_collate)
     (batch,) = list(loader)
-    assert isinstance(batch['inputs'], list) and len(batch['path']) == 5
+    # The files in one buffer (one piece of shared memory from a loader worker), split by their sizes.
+    assert batch['inputs'].dtype == torch.uint8 and batch['inputs'].ndim == 1 and len(batch['path']) == 5
+    files = torch.split(batch['inputs'], batch['encoded_sizes'])
+    assert [f.numpy().tobytes() for f in files] == [open(p, 'rb').read() for p in batch['path']]
     out = ContrastiveDataPreprocessor()(batch, True)
     assert [tuple(v.shape) for v in out['inputs']] == [(5, 3, 32, 32)] * 2
     assert out['data_samples']['label'].tolist() == ds.labels.tolist()
@@ -329,13 +327,12 @@ def test_views_repeat_under_the_same_seed():
 
 
 def test_images_of_different_sizes_keep_their_order_across_chunks(monkeypatch):
-    from ifnd.datasets import device_augment
     monkeypatch.setattr(device_augment, 'PADDED_BATCH_BYTES', 3 * 40 * 40 * 4 * 2)  # a few images per chunk
     view = ContrastiveView(size=8, jitter_p=0.0, grayscale_p=0.0, flip=False)
     sizes = [(40, 30), (12, 20), (33, 33), (9, 15), (40, 40), (20, 12), (16, 16)]
     images = [torch.full((3, h, w), 30 * i, dtype=torch.uint8) for i, (h, w) in enumerate(sizes)]
     assert len(device_augment._padded_chunks(images)) > 1
-    out = DeviceView(view).from_list(images)
+    (out,) = DeviceViews(view)(images)
     assert out.shape == (len(sizes), 3, 8, 8)
     for i, v in enumerate(out):  # each crop of a flat image is its colour, also at the padded edges
         torch.testing.assert_close(v, torch.full_like(v, 30 * i / 255), rtol=0, atol=1e-6)
@@ -345,16 +342,175 @@ def test_full_jitter_equals_the_four_adjustments_in_each_samples_order():
     view = ContrastiveView(size=8, scale=(1.0, 1.0), jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=1.0, grayscale_p=0.0,
                            flip=False)
     x = _rate_images(64).float() / 255
-    torch.manual_seed(4)
-    y = DeviceView(view).colour(x)
-    torch.manual_seed(4)
     n = x.shape[0]
-    torch.rand(n)  # the jitter_p draw
-    order = torch.rand(n, 4).argsort(1)
-    factors = [0.6 + 0.8 * torch.rand(n) for _ in range(3)] + [-0.1 + 0.2 * torch.rand(n)]
+    draws = torch.rand(n, NUM_DRAWS, generator=torch.Generator().manual_seed(4))
+    y = DeviceView(view).colour(x, draws)
+    order = draws[:, DRAW_ORDER].argsort(1)
+    u = draws[:, DRAW_FACTORS]
+    factors = [0.6 + 0.8 * u[:, j] for j in range(3)] + [-0.1 + 0.2 * u[:, 3]]
     steps = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
     for i in range(n):
         want = x[i:i + 1]
         for j in order[i].tolist():
             want = steps[j](want, factors[j][i:i + 1])
         torch.testing.assert_close(y[i:i + 1], want, rtol=0, atol=1e-5)
+
+
+def _former_views(view, images, seed):
+    """The former views of ``images`` (tests/device_augment_reference.py) and the uniforms they drew,
+    placed in the columns of the draws layout (the columns of steps the view leaves out: 0.5)."""
+    from unittest import mock
+
+    import device_augment_reference as former
+    calls, real = [], torch.rand
+
+    def recording(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    torch.manual_seed(seed)
+    with mock.patch.object(torch, 'rand', recording):
+        out = former.DeviceView(view)(images)
+    n = images.shape[0]
+    draws = torch.full((n, NUM_DRAWS), 0.5)
+    taken = iter(calls)
+    for columns in (device_augment.DRAW_AREA, device_augment.DRAW_ASPECT):
+        draws[:, columns] = next(taken)
+    draws[:, device_augment.DRAW_OFFSET] = next(taken).t()
+    draws[:, device_augment.DRAW_JITTER] = next(taken)
+    draws[:, DRAW_ORDER] = next(taken)
+    for j, (_, strength) in enumerate(DeviceView(view).jitter):
+        if strength:
+            draws[:, DRAW_FACTORS.start + j] = next(taken)
+    draws[:, device_augment.DRAW_GRAYSCALE] = next(taken)
+    if view.params['blur_p'] > 0:
+        draws[:, device_augment.DRAW_SIGMA] = next(taken)
+        draws[:, device_augment.DRAW_BLUR] = next(taken)
+    if view.params['flip']:
+        draws[:, device_augment.DRAW_FLIP] = next(taken)
+    assert next(taken, None) is None, 'the former views drew more than the layout holds'
+    return out, draws
+
+
+FORMER_CASES = {
+    'grey_mocov2': (MoCoV2View(size=28), (48, 1, 28, 28)),  # Fashion-MNIST's: grey images stay one channel
+    'rgb_mocov2': (MoCoV2View(size=16), (48, 3, 20, 24)),
+    'rgb_simclr_blur': (SimCLRView(size=32, blur_p=0.5), (48, 3, 40, 36)),
+    'no_hue_no_flip': (ContrastiveView(size=12, jitter=(0.4, 0.0, 0.4, 0.0), flip=False), (48, 3, 16, 16)),
+}
+
+
+@pytest.mark.parametrize('case', list(FORMER_CASES))
+def test_views_equal_the_former_views_where_the_draws_are_forced_equal(case):
+    view, shape = FORMER_CASES[case]
+    images = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    want, draws = _former_views(view, images, seed=2)
+    got = DeviceView(view)(images, draws)
+    assert got.shape == want.shape == (shape[0], 3, *DeviceView(view).size)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _view_parameters(view, draws, H, W):
+    """Each random parameter of the views of ``draws`` (images of H x W): name -> per-image values."""
+    dv = DeviceView(view)
+    n = draws.shape[0]
+    top, left, h, w = sample_crops(torch.full((n,), H), torch.full((n,), W), dv.scale, dv.ratio,
+                                   draws[:, device_augment.DRAW_CROP]).double().unbind(1)
+    order = draws[:, DRAW_ORDER].argsort(1)
+    params = {'crop scale': h * w / (H * W), 'crop ratio': w / h, 'crop top': (top + 0.5) / (H - h + 1),
+              'crop left': (left + 0.5) / (W - w + 1),
+              'jitter order': (order * torch.tensor([64, 16, 4, 1])).sum(1),  # the permutation's number
+              'jitter applied': draws[:, device_augment.DRAW_JITTER] < dv.jitter_p,
+              'grayscale applied': draws[:, device_augment.DRAW_GRAYSCALE] < dv.grayscale_p,
+              'blur applied': draws[:, device_augment.DRAW_BLUR] < dv.blur_p,
+              'flip applied': draws[:, device_augment.DRAW_FLIP] < 0.5}
+    lo, hi = dv.blur_sigma
+    params['blur sigma'] = lo + (hi - lo) * draws[:, device_augment.DRAW_SIGMA]
+    for j, name in enumerate(('brightness', 'contrast', 'saturation', 'hue')):
+        params[name] = dv._factors(draws)[:, j]
+    return {k: v.double().numpy() for k, v in params.items()}
+
+
+def test_view_parameters_follow_the_former_distributions():
+    """Every random parameter of a view (crop box, jitter order and factors, each step's coin, blur
+    sigma) drawn from the batch's one draw, against the former per-step draws (two-sample tests)."""
+    from scipy.stats import chi2_contingency
+    view = SimCLRView(size=8, blur_p=0.5)
+    H, W = 20, 30
+    images = torch.zeros(N_CROPS, 3, H, W, dtype=torch.uint8)
+    _, former_draws = _former_views(view, images, seed=0)
+    torch.manual_seed(1)
+    (draws,) = DeviceViews(view).draw(N_CROPS, 'cpu')
+    ours, theirs = _view_parameters(view, draws, H, W), _view_parameters(view, former_draws, H, W)
+    for name in ours:
+        if name == 'jitter order':
+            table = [[np.sum(sample == k) for k in np.union1d(ours[name], theirs[name])] for sample in (ours[name], theirs[name])]
+            assert chi2_contingency(table).pvalue > 1e-3, name
+            assert len(table[0]) == 24  # every order of the four steps occurs
+        elif name.endswith('applied'):
+            p = (ours[name].mean() + theirs[name].mean()) / 2
+            assert abs(ours[name].mean() - theirs[name].mean()) < 5 * np.sqrt(2 * p * (1 - p) / N_CROPS), name
+        else:
+            assert ks_2samp(ours[name], theirs[name]).pvalue > 1e-3, name
+
+
+def test_compiled_views_trace_whole_and_equal_the_eager_views():
+    """The views compile with fullgraph=True (roi_align included) by inductor, the GPU recipe's
+    compiler, from uint8 images to normalised views, and give the eager views from the same draws."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    pipeline = dict(type='MultiView', num_views=2, transforms=dict(type='SimCLRView', size=16, blur_p=0.5))
+    mean, std = torch.full((3, 1, 1), 0.4), torch.full((3, 1, 1), 0.25)
+    batch = torch.randint(0, 256, (12, 3, 20, 24), dtype=torch.uint8)
+    files = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in ((20, 24), (31, 17), (16, 40))]
+    eager = DeviceViews(pipeline)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = DeviceViews(pipeline, compile={})
+    for images in (batch, files):
+        draws = eager.draw(len(images), 'cpu')
+        want = eager(images, draws, mean, std)
+        for _ in range(2):  # the second call runs the compiled code as it is
+            got = compiled(images, draws, mean, std)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    assert counters['stats']['unique_graphs'] == 2 and not counters['graph_break']
+
+
+class _Stop(Exception):
+    """Ends a run at the start of its second epoch, its first epoch's checkpoint written."""
+
+
+def test_device_views_resume_to_the_bit(tmp_path):
+    """Views made on the device from one draw a batch: a run stopped after its first epoch and resumed
+    ends with the weights of the uninterrupted run, to the bit (the draws come from the re-seeded
+    generator)."""
+    from mmengine.hooks import Hook
+
+    class StopAtSecondEpoch(Hook):
+        def before_train_epoch(self, runner):
+            if runner.epoch == 1:
+                raise _Stop
+
+    def train(work_dir, stop=False, resume=False):
+        cfg = digits_config(str(work_dir), dict(type='IFND', temperature=0.5), max_epochs=2,
+                            pseudo_labels=dict(num_clusters=[5], interval=1, kmeans=dict(nredo=1, niter=5)),
+                            resume=resume)
+        cfg.train_dataloader.dataset.update(augment_on='device', subset_fraction=0.25)
+        cfg.train_dataloader.update(num_workers=0, persistent_workers=False)
+        torch.manual_seed(0)
+        runner = RUNNERS.build(cfg)
+        if stop:
+            runner.register_hook(StopAtSecondEpoch())
+            with pytest.raises(_Stop):
+                runner.train()
+            return None
+        runner.train()
+        return runner.model.state_dict()
+
+    whole = train(tmp_path / 'whole')
+    train(tmp_path / 'cut', stop=True)
+    resumed = train(tmp_path / 'cut', resume=True)
+    assert whole.keys() == resumed.keys()
+    for name, value in whole.items():
+        assert torch.equal(value, resumed[name]), name

@@ -22,11 +22,16 @@ EVAL_VIEW = dict(type='EvalView', size=16)
 def _build(model_type: str) -> torch.nn.Module:
     init_default_scope('ifnd')
     torch.manual_seed(0)
+    model_type, _, compiled = model_type.partition('+')
     moco = 'MoCo' in model_type
     extra = dict(queue_len=32, bn_splits=WORLD_SIZE) if moco else {}
     if model_type == 'FNC':  # top_k of the 7 other images of the global batch
         extra = dict(num_support_views=2, top_k=2)
-    model = MODELS.build(dict(type=model_type, temperature=0.5, backbone=TINY_BACKBONE, neck=TINY_NECK,
+    # '+compiled': the projection head and loss traced as the GPU recipes compile them (dynamo and
+    # AOTAutograd, the gathers inside the graph; inductor's code for it is checked on one process in
+    # test_gpu_recipe_cpu.py).
+    backbone = dict(TINY_BACKBONE, compile=dict(backend='aot_eager')) if compiled else TINY_BACKBONE
+    model = MODELS.build(dict(type=model_type, temperature=0.5, backbone=backbone, neck=TINY_NECK,
                               **extra))
     # BN in eval mode normalises each sample alone, so shards and the whole batch agree exactly;
     # what is compared is the cross-process gathering of the contrastive loss.
@@ -98,12 +103,12 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
 
 
 @pytest.mark.parametrize('model_type', ['SimCLR', 'IFND', 'MoCoV2', 'IFNDMoCo', 'DebiasedCL',
-                                        'HardNegativeCL', 'FNC'])
+                                        'HardNegativeCL', 'FNC', 'IFND+compiled'])
 def test_two_processes_match_one(tmp_path, model_type):
     mp.spawn(_worker, args=(free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     got = torch.load(tmp_path / 'dist.pt', weights_only=True)
 
-    model = _build(model_type)
+    model = _build(model_type.partition('+')[0])  # one process, uncompiled
     if model_type.startswith('IFND'):
         labels = _pseudo_label_round(model, str(tmp_path))
         torch.testing.assert_close(got['labels'], labels, rtol=0, atol=0)

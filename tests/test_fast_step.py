@@ -7,6 +7,7 @@ import pytest
 import torch
 from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps
 from mmengine.config import Config
+from mmengine.hooks import Hook
 from mmengine.optim import AmpOptimWrapper, build_optim_wrapper
 from mmengine.registry import init_default_scope
 
@@ -406,3 +407,54 @@ def test_sync_refusal_catches_the_ops_it_names():
     for op in (lambda: bool(x[0]), lambda: x.nonzero(), lambda: x[x > 0], lambda: torch.equal(x, x)):
         with pytest.raises(AssertionError, match='host sync'), HostSyncOps(refuse=True):
             op()
+
+
+class _IterationSyncs(Hook):
+    """Per training iteration, the host syncs from the end of the previous one's hooks to the end of its
+    own: the data fetch, every hook and the step. Where CUDA is present, those of the iterations inside
+    an epoch (not its first, whose loader starts, nor its last, whose logs are copied to the host) run
+    under ``torch.cuda.set_sync_debug_mode('error')``: a sync there raises."""
+
+    priority = 'LOWEST'  # after every other hook of the iteration
+
+    def __init__(self, mode: HostSyncOps) -> None:
+        self.mode, self.seen, self.per_iteration = mode, 0, []
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        self.per_iteration.append((runner.epoch, batch_idx, len(self.mode.seen) - self.seen))
+        self.seen = len(self.mode.seen)
+        if torch.cuda.is_available():
+            inside = 0 <= batch_idx < len(runner.train_dataloader) - 2
+            torch.cuda.set_sync_debug_mode('error' if inside else 'default')
+
+    def after_train_epoch(self, runner) -> None:
+        self.seen = len(self.mode.seen)
+
+
+def test_whole_runner_iterations_make_no_host_sync(tmp_path):
+    """IFND with device views through the Runner, every hook of the recipes (pseudo labels accepted
+    in the second epoch, detection counts, buffered logs): no iteration inside an epoch reads a
+    device value on the host, from the data fetch to its last hook."""
+    from helpers import digits_config
+
+    from ifnd.registry import RUNNERS
+    cfg = digits_config(str(tmp_path), dict(type='IFND', temperature=0.5), max_epochs=2, fn_detection=True,
+                        pseudo_labels=dict(num_clusters=[5, 10], interval=1, kmeans=dict(nredo=1, niter=5)))
+    cfg.train_dataloader.dataset.update(augment_on='device', subset_fraction=0.5)
+    cfg.train_dataloader.update(num_workers=0, persistent_workers=False)
+    cfg.default_hooks.logger.interval = 1000  # the logs are copied to the host at each epoch's end
+    torch.manual_seed(0)
+    runner = RUNNERS.build(cfg)
+    mode = HostSyncOps()
+    counts = _IterationSyncs(mode)
+    runner.register_hook(counts, priority='LOWEST')
+    try:
+        with mode:
+            runner.train()
+    finally:
+        if torch.cuda.is_available():
+            torch.cuda.set_sync_debug_mode('default')
+    steps = len(runner.train_dataloader)
+    inside = [(e, i, n) for e, i, n in counts.per_iteration if 0 < i < steps - 1]
+    assert len(inside) == 2 * (steps - 2) and bool((runner.model.label_bank.labels >= 0).any())
+    assert all(n == 0 for *_, n in inside), inside

@@ -192,14 +192,14 @@ def _fill_bank(model, labels, centroids=None, concentration=None) -> None:
 def _capture(model) -> dict:
     """Record the embeddings the model computes (views, then support views; MoCo's keys)."""
     seen = {'embed': []}
-    embed = model.embed
+    project = model.project  # the projection head and normalisation of every embedding
 
-    def recorded_embed(x):
-        z = embed(x)
+    def recorded_projection(features):
+        z = project(features)
         seen['embed'].append(z.detach().clone())
         return z
 
-    model.embed = recorded_embed
+    model.project = recorded_projection
     if hasattr(model, '_shuffled_keys'):
         keys = model._shuffled_keys
 

@@ -17,8 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / 'ifnd'
 # sharing a floor do not import each other.
 FLOORS = (
     ('registry',),         # mmengine's child registries: names only
-    ('fileio', 'dist', 'launch'),  # atomic writes, the safe checkpoint reader, configs as data, JSON;
-                                   # collectives; starting and ending the processes of a run
+    ('fileio', 'dist', 'launch', 'device'),  # atomic writes, the safe checkpoint reader, configs as
+                                   # data, JSON; collectives; starting and ending the processes of a
+                                   # run; compile settings, copies to the device
     ('datasets', 'clustering'),  # the data sets; k-means, κ, acceptance schedules and the
                                   # clustering round (no model code: the models import them)
     ('models',),

@@ -165,7 +165,8 @@ def augment_options(args: argparse.Namespace) -> dict:
     """Where the training views are made, shared by pre-training and the linear probe."""
     if args.augment_on is None:
         return {}
-    return {'train_dataloader.dataset.augment_on': args.augment_on}
+    # Views on the device stay eager, as the encoder: a short run does not win back the compile time.
+    return {'train_dataloader.dataset.augment_on': args.augment_on, 'model.data_preprocessor.compile': False}
 
 
 def train_subset_options(key: str, dataset_cfg, args: argparse.Namespace,

@@ -183,11 +183,14 @@ class ContrastiveDataset(Dataset):
         idx = np.asarray([i[0] if isinstance(i, tuple) else i for i in indices], dtype=np.int64)
         idx[idx < 0] += len(self)
         batch = self._raw_batch(idx)
-        batch.update(index=torch.from_numpy(idx), label=torch.from_numpy(self.labels[idx]),
-                     augment=self.device_pipeline)
+        if 'index' not in batch:  # not held on the device with the images
+            batch.update(index=torch.from_numpy(idx), label=torch.from_numpy(self.labels[idx]))
+        batch['augment'] = self.device_pipeline
         return batch
 
     def _raw_batch(self, idx: np.ndarray) -> dict[str, Any]:
+        """The un-augmented images of items ``idx`` (``'inputs'``), and their ``'index'`` and ``'label'``
+        where the data set holds them on the device."""
         raise NotImplementedError(f"{type(self).__name__} does not support augment_on='device'")
 
     def __repr__(self) -> str:

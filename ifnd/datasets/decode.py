@@ -39,8 +39,6 @@ class ImageDecoder(NamedTuple):
     image: Callable[[torch.Tensor], torch.Tensor]
     # TorchCodec turns images by their EXIF orientation; Pillow (the CPU path) and torchvision do not.
     turns_by_exif: bool
-    # TorchCodec's CUDA decode runs on the current stream and waits for it on the host, before and after.
-    waits_for_stream: bool
 
 
 def _torchcodec() -> ImageDecoder:
@@ -48,14 +46,14 @@ def _torchcodec() -> ImageDecoder:
     return ImageDecoder('torchcodec', lambda data, device: decode_jpeg(data, mode='RGB', device=device),
                         # 'auto' keeps 16-bit PNGs 16-bit: the CPU path takes their top byte, not a rounding
                         lambda data: decode_image(data, mode='RGB', output_dtype='auto'),
-                        turns_by_exif=True, waits_for_stream=True)
+                        turns_by_exif=True)
 
 
 def _torchvision() -> ImageDecoder:
     from torchvision.io import ImageReadMode, decode_image, decode_jpeg
     return ImageDecoder('torchvision', lambda data, device: decode_jpeg(data, mode=ImageReadMode.RGB, device=device),
                         lambda data: decode_image(data, mode=ImageReadMode.RGB),
-                        turns_by_exif=False, waits_for_stream=False)
+                        turns_by_exif=False)
 
 
 _LOADERS = {'torchcodec': _torchcodec, 'torchvision': _torchvision}
@@ -223,11 +221,11 @@ def _decode_jpegs(dec: ImageDecoder, data: list[torch.Tensor], device: torch.dev
     # device* wait for it (some versions: the legacy default stream); TorchCodec's decodes on the current
     # stream and waits for it on the host. Decode on a side stream of the target device, as its current
     # stream, so that wait lands there, then order the caller's stream after the side stream: later kernels
-    # read the images only once they are written, with no host wait on the caller's queued work.
+    # read the images only once they are written, with no host wait on the caller's queued work. The side
+    # stream does not wait for the caller's: the decode reads host memory only and writes memory of its own
+    # stream's pool, so it overlaps the previous step's kernels still queued there.
     caller = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)
-    if not dec.waits_for_stream:  # a host wait would cover the caller's queued work too
-        side.wait_stream(caller)  # the encoded bytes and any memory reused by the decoder are ready
     with torch.cuda.device(device), torch.cuda.stream(side):
         images = dec.jpegs(data, device)
     caller.wait_stream(side)
@@ -309,7 +307,26 @@ def load_rgb_image(path: str, listed_in: str = 'the list file') -> Image.Image:
 
 def read_encoded(path: str) -> torch.Tensor:
     """The bytes of an image file as a 1-D uint8 tensor, with an error naming a missing file."""
-    if not osp.isfile(path):
-        raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of the data set")
-    with open(path, 'rb') as f:
-        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+    return read_encoded_batch([path])[0]
+
+
+def read_encoded_batch(paths: Sequence[str]) -> tuple[torch.Tensor, list[int]]:
+    """The bytes of image files one after the other in one 1-D uint8 tensor, and each file's byte count
+    (``torch.split(buffer, sizes)`` gives the files): one piece of shared memory from a loader worker,
+    not one a file."""
+    sizes = []
+    for path in paths:
+        if not osp.isfile(path):
+            raise FileNotFoundError(f"Image file '{path}' does not exist; restore it or leave it out of the data set")
+        sizes.append(osp.getsize(path))
+    buffer = torch.empty(sum(sizes), dtype=torch.uint8)
+    view = memoryview(buffer.numpy())
+    start = 0
+    for path, size in zip(paths, sizes):
+        with open(path, 'rb') as f:
+            read = f.readinto(view[start:start + size])
+        if read != size:  # the file changed between the size and the read
+            raise CorruptImageError(f"Image file '{path}' changed while it was read ({read} of {size} bytes); "
+                                    'read it again or leave it out of the data set')
+        start += size
+    return buffer, sizes

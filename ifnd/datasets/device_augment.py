@@ -2,10 +2,15 @@
 
 The view parameters are those the CPU views (:class:`~ifnd.datasets.transforms.ContrastiveView` and
 its SimCLR / MoCo v2 presets) resolve from the same config dict, so one config describes both paths.
-Every random draw is per sample, made on the images' device from torch's default generator of that
-device (which the per-iteration re-seeding covers), and no step reads a device value on the host:
-each random step is computed for the whole batch and kept per sample with ``torch.where``, so the
-views never stall the device stream.
+
+A batch's random numbers are drawn first, in one call (:meth:`DeviceViews.draw`: uniforms
+``[views, B, NUM_DRAWS]`` from torch's generator of the images' device, which the per-iteration
+re-seeding covers); the views are then a pure function of the images and those numbers, one column
+per random choice (the ``DRAW_*`` layout below). Each random step is computed for the whole batch and
+kept per sample with ``torch.where``, so no step reads a device value on the host and
+``torch.compile(fullgraph=True)`` traces the views whole (``roi_align`` included): on CUDA the data
+preprocessor runs them compiled, a few kernels a batch. Steps that cannot change an image are not
+computed: hue on grey images (which stay one channel until normalised), a step whose probability is 0.
 """
 from __future__ import annotations
 
@@ -14,15 +19,34 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torchvision  # noqa: F401 (registers torch.ops.torchvision.roi_align)
 from torch import nn
 from torch.nn import functional as F
-from torchvision.ops import roi_align
+
+from ifnd.device import CompileSetting, check_compile, compile_options, to_device
 
 from .transforms import ContrastiveView, MultiView, PipelineCfg, build_pipeline
 
 # Bytes of float32 pixels a padded batch of decoded images may take before it is cut in chunks.
 PADDED_BATCH_BYTES = 1 << 30
 _GREY = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
+
+# The uniform draws of one view of one image, by column: torchvision's RandomResizedCrop tries up to
+# CROP_ATTEMPTS (area, aspect) pairs, then offsets; the jitter's apply draw, order (4) and factors
+# (brightness, contrast, saturation, hue); grayscale; the blur's sigma and apply draw; the flip.
+CROP_ATTEMPTS = 10
+DRAW_AREA = slice(0, CROP_ATTEMPTS)
+DRAW_ASPECT = slice(CROP_ATTEMPTS, 2 * CROP_ATTEMPTS)
+DRAW_OFFSET = slice(2 * CROP_ATTEMPTS, 2 * CROP_ATTEMPTS + 2)  # top, left
+DRAW_CROP = slice(0, 2 * CROP_ATTEMPTS + 2)
+DRAW_JITTER = 2 * CROP_ATTEMPTS + 2
+DRAW_ORDER = slice(DRAW_JITTER + 1, DRAW_JITTER + 5)
+DRAW_FACTORS = slice(DRAW_JITTER + 5, DRAW_JITTER + 9)
+DRAW_GRAYSCALE = DRAW_JITTER + 9
+DRAW_SIGMA = DRAW_JITTER + 10
+DRAW_BLUR = DRAW_JITTER + 11
+DRAW_FLIP = DRAW_JITTER + 12
+NUM_DRAWS = DRAW_FLIP + 1
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -40,20 +64,21 @@ def device_views_of(pipeline: PipelineCfg) -> list[ContrastiveView] | None:
 
 
 def sample_crops(heights: torch.Tensor, widths: torch.Tensor, scale: Sequence[float], ratio: Sequence[float],
-                 attempts: int = 10) -> torch.Tensor:
+                 draws: torch.Tensor | None = None) -> torch.Tensor:
     """Crop boxes ``[B, 4]`` (top, left, height, width; float) drawn as torchvision's RandomResizedCrop, per image.
 
-    torchvision tries up to ``attempts`` (area, aspect) draws and takes the first that fits, else a centre
-    crop at the clamped aspect ratio; here all attempts are drawn at once and the first fitting one is
-    picked with ``argmax``, so nothing is read back on the host.
+    ``draws``: uniforms ``[B, 2 * CROP_ATTEMPTS + 2]`` (the ``DRAW_CROP`` columns; None draws them).
+    torchvision tries up to ``CROP_ATTEMPTS`` (area, aspect) draws and takes the first that fits, else a
+    centre crop at the clamped aspect ratio; here all attempts are computed at once and the first fitting
+    one is picked with ``argmax``, so nothing is read back on the host.
     """
-    device = heights.device
     H, W = heights.float().unsqueeze(1), widths.float().unsqueeze(1)
-    n = H.shape[0]
+    if draws is None:
+        draws = torch.rand(H.shape[0], DRAW_CROP.stop, device=heights.device)
     lo, hi = float(scale[0]), float(scale[1])
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
-    area = H * W * (lo + (hi - lo) * torch.rand(n, attempts, device=device))
-    aspect = torch.exp(log_lo + (log_hi - log_lo) * torch.rand(n, attempts, device=device))
+    area = H * W * (lo + (hi - lo) * draws[:, DRAW_AREA])
+    aspect = torch.exp(log_lo + (log_hi - log_lo) * draws[:, DRAW_ASPECT])
     w = torch.round(torch.sqrt(area * aspect))
     h = torch.round(torch.sqrt(area / aspect))
     fits = (w > 0) & (w <= W) & (h > 0) & (h <= H)
@@ -66,40 +91,33 @@ def sample_crops(heights: torch.Tensor, widths: torch.Tensor, scale: Sequence[fl
     fw = torch.where(too_wide, torch.round(H * max(ratio)), W)
     fh = torch.where(too_tall, torch.round(W / min(ratio)), H)
     w, h = torch.where(found, w, fw), torch.where(found, h, fh)
-    u = torch.rand(2, n, device=device)
+    u = draws[:, DRAW_OFFSET]
     # Uniform integer offsets as torchvision's randint; the minimum guards u * n rounding up to n in float32.
-    top = torch.minimum(torch.floor(u[0] * (H - h + 1)), H - h)
-    left = torch.minimum(torch.floor(u[1] * (W - w + 1)), W - w)
+    top = torch.minimum(torch.floor(u[:, 0] * (H - h + 1)), H - h)
+    left = torch.minimum(torch.floor(u[:, 1] * (W - w + 1)), W - w)
     top = torch.where(found, top, torch.div(H - h, 2, rounding_mode='floor'))
     left = torch.where(found, left, torch.div(W - w, 2, rounding_mode='floor'))
     return torch.stack([top, left, h, w], 1)
 
 
-def resized_crops(images: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int],
-                  sampling_ratio: int = -1) -> torch.Tensor:
+def resized_crops(images: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Crop ``boxes`` (top, left, h, w) of ``images`` ``[B, C, H, W]`` (float) resized to ``size``, in one op.
 
     ``roi_align`` averages bilinear samples over each output pixel's footprint (about ceil(crop / size)
     per side), so downscaled crops are antialiased like torchvision's ``resized_crop(antialias=True)``.
+    The operator is called directly: torchvision's wrapper swaps in a Python version on CUDA under
+    deterministic algorithms (for its backward; the forward is deterministic) and is not traced whole.
     """
     top, left, h, w = boxes.unbind(1)
     index = torch.arange(boxes.shape[0], device=boxes.device, dtype=boxes.dtype)
     rois = torch.stack([index, left, top, left + w, top + h], 1).to(images.dtype)
-    return roi_align(images, rois, size, spatial_scale=1.0, sampling_ratio=sampling_ratio, aligned=True)
-
-
-def _sampling_ratio(images: torch.Tensor, size: tuple[int, int]) -> int:
-    # On CUDA with deterministic algorithms torchvision falls back to a Python roi_align that, with an
-    # adaptive ratio, samples every input pixel per bin; a fixed ratio from the (host-known) image size
-    # bounds it.
-    if torch.are_deterministic_algorithms_enabled() and images.device.type != 'cpu':
-        return max(1, math.ceil(max(images.shape[-2] / size[0], images.shape[-1] / size[1])))
-    return -1
+    return torch.ops.torchvision.roi_align(images, rois, 1.0, size[0], size[1], -1, True)
 
 
 def grey(x: torch.Tensor) -> torch.Tensor:
-    """Luma ``[B, 1, H, W]`` of RGB ``[B, 3, H, W]`` with torchvision's weights."""
-    r, g, b = x.unbind(1)
+    """Luma ``[B, 1, H, W]`` of RGB ``[B, 3, H, W]`` with torchvision's weights (of a grey ``[B, 1, H, W]``:
+    what the RGB formula gives for equal channels, to the bit)."""
+    r, g, b = x.unbind(1) if x.shape[1] == 3 else (x[:, 0],) * 3
     return (_GREY[0] * r + _GREY[1] * g + _GREY[2] * b).unsqueeze(1)
 
 
@@ -175,73 +193,76 @@ class DeviceView(nn.Module):
         self.blur_p, self.blur_sigma, self.blur_kernel = float(p['blur_p']), tuple(p['blur_sigma']), p['blur_kernel']
         self.flip = bool(p['flip'])
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Views ``[B, 3, h, w]`` (float32 in [0, 1]) of same-size images ``[B, C, H, W]`` (uint8 or float)."""
+    def forward(self, images: torch.Tensor, draws: torch.Tensor | None = None) -> torch.Tensor:
+        """Views ``[B, 3, h, w]`` (float32 in [0, 1]) of same-size images ``[B, C, H, W]`` (uint8 or float),
+        from the uniforms ``draws`` ``[B, NUM_DRAWS]`` (None: drawn here)."""
         x = to_float(images)
         n, _, H, W = x.shape
+        if draws is None:
+            draws = torch.rand(n, NUM_DRAWS, device=x.device)
         boxes = sample_crops(torch.full((n,), H, device=x.device), torch.full((n,), W, device=x.device),
-                             self.scale, self.ratio)
-        return self.colour(to_rgb(resized_crops(x, boxes, self.size, _sampling_ratio(x, self.size))))
+                             self.scale, self.ratio, draws[:, DRAW_CROP])
+        return to_rgb(self.colour(resized_crops(x, boxes, self.size), draws))
 
-    def from_list(self, images: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Views of images ``[C, H, W]`` of different sizes: padded into batches, cropped together, then coloured."""
-        device = images[0].device
-        sizes = torch.tensor([img.shape[-2:] for img in images], dtype=torch.float32)
-        # non_blocking: a host-to-device copy that never waits for the device.
-        sizes = sizes.to(device, non_blocking=True)
-        boxes = sample_crops(sizes[:, 0], sizes[:, 1], self.scale, self.ratio)
-        crops = []
-        for chunk in _padded_chunks(images):
-            batch = _pad_batch([images[i] for i in chunk])
-            rows = torch.tensor(chunk).to(device, non_blocking=True)
-            crops.append(resized_crops(batch, boxes.index_select(0, rows), self.size,
-                                       _sampling_ratio(batch, self.size)))
-        out = torch.cat(crops) if len(crops) > 1 else crops[0]
-        order = [i for chunk in _padded_chunks(images) for i in chunk]
-        if order != list(range(len(images))):
-            inverse = torch.empty(len(order), dtype=torch.long)
-            inverse[torch.tensor(order)] = torch.arange(len(order))
-            out = out.index_select(0, inverse.to(device, non_blocking=True))
-        return self.colour(to_rgb(out))
-
-    def colour(self, x: torch.Tensor) -> torch.Tensor:
-        """The colour and flip steps on RGB crops ``[B, 3, h, w]`` in [0, 1]."""
+    def colour(self, x: torch.Tensor, draws: torch.Tensor | None = None) -> torch.Tensor:
+        """The colour and flip steps on crops ``[B, C, h, w]`` in [0, 1], RGB or grey (C = 1, kept grey)."""
         n, device = x.shape[0], x.device
-        x = torch.where(_per_sample(torch.rand(n, device=device) < self.jitter_p), self._jitter(x), x)
-        x = torch.where(_per_sample(torch.rand(n, device=device) < self.grayscale_p), grey(x).expand_as(x), x)
+        if draws is None:
+            draws = torch.rand(n, NUM_DRAWS, device=device)
+        if self.jitter_p > 0 and any(rng for _, rng in self.jitter):
+            x = torch.where(_per_sample(draws[:, DRAW_JITTER] < self.jitter_p), self._jitter(x, draws), x)
+        if self.grayscale_p > 0:
+            x = torch.where(_per_sample(draws[:, DRAW_GRAYSCALE] < self.grayscale_p), grey(x).expand_as(x), x)
         if self.blur_p > 0:
             lo, hi = self.blur_sigma
-            sigma = lo + (hi - lo) * torch.rand(n, device=device)
-            blurred = gaussian_blur(x, self.blur_kernel, sigma)
-            x = torch.where(_per_sample(torch.rand(n, device=device) < self.blur_p), blurred, x)
+            sigma = lo + (hi - lo) * draws[:, DRAW_SIGMA]
+            x = torch.where(_per_sample(draws[:, DRAW_BLUR] < self.blur_p),
+                            gaussian_blur(x, self.blur_kernel, sigma), x)
         if self.flip:
-            x = torch.where(_per_sample(torch.rand(n, device=device) < 0.5), x.flip(-1), x)
+            x = torch.where(_per_sample(draws[:, DRAW_FLIP] < 0.5), x.flip(-1), x)
         return x
 
-    def _jitter(self, x: torch.Tensor) -> torch.Tensor:
-        # torchvision applies the four adjustments in a random order; per sample here: slot k applies the
-        # adjustment that sample's permutation puts there. Brightness, contrast and saturation are all
-        # blends f x + (1 - f) target (target 0, the mean luma, the luma image), so one blend per slot
-        # with a per-sample factor and target does any of them; hue is computed per slot and selected.
-        n, device = x.shape[0], x.device
-        order = torch.rand(n, 4, device=device).argsort(1)
+    def _factors(self, draws: torch.Tensor) -> torch.Tensor:
+        """Per sample, the brightness, contrast, saturation and hue factors ``[B, 4]``."""
         neutral = (1.0, 1.0, 1.0, 0.0)  # a step left out of the config leaves the image as it is
-        factors = torch.stack([rng[0] + (rng[1] - rng[0]) * torch.rand(n, device=device) if rng
-                               else torch.full((n,), neutral[j], device=device)
-                               for j, (_, rng) in enumerate(self.jitter)], 1)
-        # The hue slot's blend factor is 1 (identity): the hue shift is applied by adjust_hue alone.
-        blend = torch.cat([factors[:, :3], torch.ones(n, 1, device=device)], 1)
-        for slot in range(4):
-            op = order[:, slot]
-            luma = grey(x)
-            target = torch.where(_per_sample(op == 0), 0.0,
-                                 torch.where(_per_sample(op == 1), luma.mean((1, 2, 3), keepdim=True), luma))
-            f = _per_sample(blend.gather(1, op.unsqueeze(1)).squeeze(1))
-            y = (f * x + (1 - f) * target).clamp_(0, 1)
-            if self.jitter[3][1] is not None:
-                y = torch.where(_per_sample(op == 3), adjust_hue(x, factors[:, 3]), y)
-            x = y
+        u = draws[:, DRAW_FACTORS]
+        return torch.stack([rng[0] + (rng[1] - rng[0]) * u[:, j] if rng else torch.full_like(u[:, j], neutral[j])
+                            for j, (_, rng) in enumerate(self.jitter)], 1)
+
+    def _jitter(self, x: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+        # torchvision applies the four adjustments in a random order, per sample here. Brightness, contrast
+        # and saturation are all blends f x + (1 - f) target (target 0, the mean luma, the luma image), so
+        # one blend per slot with a per-sample factor and target does any of them. The hue shift is computed
+        # once: the slots before each sample's hue slot blend (the others pass the image through, f = 1),
+        # then the hue shift, then the slots after it. Hue leaves grey images as they are: not computed.
+        order = draws[:, DRAW_ORDER].argsort(1)  # the step at each slot
+        factors = self._factors(draws)
+        blend = torch.cat([factors[:, :3], torch.ones_like(factors[:, 3:])], 1)  # the hue step blends nothing
+        if self.jitter[3][1] is None or x.shape[1] == 1:
+            for slot in range(4):
+                x = _blend(x, order[:, slot], blend)
+            return x
+        hue_slot = (order == 3).to(torch.uint8).argmax(1)
+        for slot in range(3):
+            x = _blend(x, order[:, slot], blend, slot < hue_slot)
+        x = adjust_hue(x, factors[:, 3])
+        for slot in range(1, 4):
+            x = _blend(x, order[:, slot], blend, slot > hue_slot)
         return x
+
+
+def _blend(x: torch.Tensor, step: torch.Tensor, factors: torch.Tensor, active: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """Each sample's brightness (step 0), contrast (1) or saturation (2) blend; where not ``active``, or
+    for step 3, the factor is 1 and the image passes through unchanged, to the bit."""
+    luma = grey(x)
+    target = torch.where(_per_sample(step == 0), 0.0,
+                         torch.where(_per_sample(step == 1), luma.mean((1, 2, 3), keepdim=True), luma))
+    f = factors.gather(1, step.unsqueeze(1)).squeeze(1)
+    if active is not None:
+        f = torch.where(active, f, 1.0)
+    f = _per_sample(f)
+    return (f * x + (1 - f) * target).clamp_(0, 1)
 
 
 def _padded_chunks(images: Sequence[torch.Tensor]) -> list[list[int]]:
@@ -261,15 +282,30 @@ def _padded_chunks(images: Sequence[torch.Tensor]) -> list[list[int]]:
     return chunks
 
 
-def _pad_batch(images: Sequence[torch.Tensor]) -> torch.Tensor:
-    # Edge-replicating pads: roi_align's bilinear samples at a crop's last half pixel read the next row
-    # and column, which must repeat the edge as torchvision's crops do, not be zeros.
+def padded_batch(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Images ``[C, H, W]`` (uint8) of different sizes as one float32 batch ``[B, C, Hmax, Wmax]`` in [0, 1].
+
+    Each image is copied once into one uint8 buffer, its edges replicated into the padding by one
+    gather (roi_align's bilinear samples at a crop's last half pixel read the next row and column,
+    which must repeat the edge as torchvision's crops do), and the whole batch converted once.
+    """
+    channels = {img.shape[0] for img in images}
+    if len(channels) != 1:
+        raise ValueError(f'Images of one batch must have the same number of channels, got {sorted(channels)}')
+    device = images[0].device
     hmax = max(img.shape[-2] for img in images)
     wmax = max(img.shape[-1] for img in images)
-    padded = [F.pad(to_float(img.unsqueeze(0)), (0, wmax - img.shape[-1], 0, hmax - img.shape[-2]),
-                    mode='replicate') if img.shape[-2:] != (hmax, wmax) else to_float(img.unsqueeze(0))
-              for img in images]
-    return torch.cat(padded)
+    buffer = images[0].new_empty((len(images), channels.pop(), hmax, wmax))  # every pixel is written
+    for i, img in enumerate(images):
+        buffer[i, :, :img.shape[-2], :img.shape[-1]] = img
+    if any(img.shape[-2:] != (hmax, wmax) for img in images):
+        sizes = torch.tensor([img.shape[-2:] for img in images])
+        sizes = to_device(sizes, device)
+        rows = torch.minimum(torch.arange(hmax, device=device), sizes[:, :1] - 1)  # [B, Hmax]
+        cols = torch.minimum(torch.arange(wmax, device=device), sizes[:, 1:] - 1)  # [B, Wmax]
+        batch = torch.arange(len(images), device=device).view(-1, 1, 1)
+        buffer = buffer.permute(0, 2, 3, 1)[batch, rows.unsqueeze(2), cols.unsqueeze(1)].permute(0, 3, 1, 2)
+    return to_float(buffer.contiguous())
 
 
 def to_float(images: torch.Tensor) -> torch.Tensor:
@@ -280,9 +316,9 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 
 def to_rgb(images: torch.Tensor) -> torch.Tensor:
-    """A float batch ``[B, 1 or 3, H, W]`` as RGB ``[B, 3, H, W]``."""
+    """A float batch ``[B, 1 or 3, H, W]`` as RGB ``[B, 3, H, W]`` (grey: the channel expanded, not copied)."""
     if images.shape[1] == 1:
-        return images.expand(-1, 3, -1, -1).contiguous()
+        return images.expand(-1, 3, -1, -1)
     if images.shape[1] != 3:
         raise ValueError(f'Images must have 1 or 3 channels, got a batch of shape {tuple(images.shape)}')
     return images
@@ -290,13 +326,25 @@ def to_rgb(images: torch.Tensor) -> torch.Tensor:
 
 def to_float_rgb(images: torch.Tensor) -> torch.Tensor:
     """A uint8 or float batch ``[B, 1 or 3, H, W]`` as float32 RGB in [0, 1]."""
-    return to_rgb(to_float(images))
+    return to_rgb(to_float(images)).contiguous()
+
+
+def _normalised(views: list[torch.Tensor], mean: torch.Tensor | None, std: torch.Tensor | None
+                ) -> list[torch.Tensor]:
+    if mean is None:
+        return views
+    return [(v - mean) / std for v in views]
 
 
 class DeviceViews(nn.Module):
-    """All views of a batch (one :class:`DeviceView` per view of the pipeline), made on the images' device."""
+    """All views of a batch (one :class:`DeviceView` per view of the pipeline), made on the images' device.
 
-    def __init__(self, pipeline: PipelineCfg) -> None:
+    ``compile``: ``torch.compile`` options for the views (None: eager). Same-size batches are compiled
+    whole, from the uint8 images to the normalised views; images of different sizes are padded and
+    cropped eagerly (their shapes vary), and their colour steps and normalisation compiled.
+    """
+
+    def __init__(self, pipeline: PipelineCfg, compile: dict | None = None) -> None:
         super().__init__()
         views = device_views_of(pipeline)
         if views is None:
@@ -304,18 +352,68 @@ class DeviceViews(nn.Module):
                              f'or a MultiView of them, got {pipeline!r}; use augment_on=\'cpu\' for other pipelines')
         # A view config repeated num_views times gives independent draws from one module.
         self.views = nn.ModuleList([DeviceView(v) for v in views])
+        self.compile_options = compile
+        self._same_size, self._coloured = self._same_size_views, self._coloured_views
+        if compile is not None:
+            options = {'fullgraph': True, 'dynamic': False, **compile}
+            self._same_size = torch.compile(self._same_size_views, **options)
+            self._coloured = torch.compile(self._coloured_views, **options)
 
-    def forward(self, images: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Views of a uint8 batch ``[B, C, H, W]``, or of a list of ``[C, H, W]`` images of any sizes."""
-        if isinstance(images, torch.Tensor):
-            return [v(images) for v in self.views]
-        return [v.from_list(images) for v in self.views]
+    def draw(self, num: int, device: torch.device | str) -> torch.Tensor:
+        """The uniforms ``[views, num, NUM_DRAWS]`` of a batch of ``num`` images, in one call."""
+        return torch.rand(len(self.views), num, NUM_DRAWS, device=device)
+
+    def forward(self, images: torch.Tensor | Sequence[torch.Tensor], draws: torch.Tensor | None = None,
+                mean: torch.Tensor | None = None, std: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Views of a uint8 batch ``[B, C, H, W]``, or of a list of ``[C, H, W]`` images of any sizes, from
+        ``draws`` (:meth:`draw`; None: drawn here); normalised by ``mean`` and ``std`` ``[3, 1, 1]`` if given."""
+        same_size = isinstance(images, torch.Tensor)
+        device = images.device if same_size else images[0].device
+        if draws is None:
+            draws = self.draw(len(images), device)
+        if same_size:
+            return self._same_size(images, draws, mean, std)
+        return self._coloured(self._crops_of_list(images, draws), draws, mean, std)
+
+    def _same_size_views(self, images: torch.Tensor, draws: torch.Tensor, mean: torch.Tensor | None,
+                         std: torch.Tensor | None) -> list[torch.Tensor]:
+        x = to_float(images)
+        return _normalised([view(x, d) for view, d in zip(self.views, draws)], mean, std)
+
+    def _coloured_views(self, crops: list[torch.Tensor], draws: torch.Tensor, mean: torch.Tensor | None,
+                        std: torch.Tensor | None) -> list[torch.Tensor]:
+        return _normalised([to_rgb(view.colour(c, d)) for view, c, d in zip(self.views, crops, draws)], mean, std)
+
+    def _crops_of_list(self, images: Sequence[torch.Tensor], draws: torch.Tensor) -> list[torch.Tensor]:
+        """Each view's crops ``[B, C, h, w]`` of images of different sizes: padded and converted once for all
+        views (in chunks of at most ``PADDED_BATCH_BYTES``), cropped together."""
+        device = images[0].device
+        sizes = torch.tensor([img.shape[-2:] for img in images], dtype=torch.float32)
+        sizes = to_device(sizes, device)
+        chunks = _padded_chunks(images)
+        padded = [padded_batch([images[i] for i in chunk]) for chunk in chunks]
+        order = [i for chunk in chunks for i in chunk]
+        rows = [to_device(torch.tensor(chunk), device) for chunk in chunks]
+        inverse = None
+        if order != list(range(len(images))):
+            inverse = torch.empty(len(order), dtype=torch.long)
+            inverse[torch.tensor(order)] = torch.arange(len(order))
+            inverse = to_device(inverse, device)
+        crops = []
+        for view, d in zip(self.views, draws):
+            boxes = sample_crops(sizes[:, 0], sizes[:, 1], view.scale, view.ratio, d[:, DRAW_CROP])
+            out = [resized_crops(batch, boxes.index_select(0, r), view.size) for batch, r in zip(padded, rows)]
+            out = torch.cat(out) if len(out) > 1 else out[0]
+            crops.append(out if inverse is None else out.index_select(0, inverse))
+        return crops
 
 
 class DeviceAugmentCache:
     """The :class:`DeviceViews` of each pipeline config met in batches, built once and kept on a device."""
 
-    def __init__(self) -> None:
+    def __init__(self, compile: CompileSetting = False) -> None:
+        check_compile(compile, 'the device views\' compile')  # fails when built, not at the first batch
+        self.compile = compile
         self._built: dict[str, DeviceViews] = {}
 
     def get(self, pipeline: PipelineCfg, device: torch.device) -> DeviceViews:
@@ -323,5 +421,7 @@ class DeviceAugmentCache:
         key = f'{device}|{pipeline!r}'
         views = self._built.get(key)
         if views is None:
-            views = self._built[key] = DeviceViews(copy.deepcopy(pipeline)).to(device)
+            options = compile_options(self.compile, device)
+            views = self._built[key] = DeviceViews(copy.deepcopy(pipeline), options).to(device)
         return views
+

@@ -11,7 +11,7 @@ from PIL import Image
 
 from ifnd.registry import DATASETS
 from .base import ContrastiveDataset
-from .decode import load_rgb_image, read_encoded
+from .decode import load_rgb_image, read_encoded_batch
 from .transforms import PipelineCfg
 
 IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.pgm', '.bmp', '.tif', '.tiff', '.webp')
@@ -113,9 +113,11 @@ class ImageFolder(ContrastiveDataset):
         return load_rgb_image(osp.join(self.data_root, self._names_arr[j].decode()))
 
     def _raw_batch(self, idx: np.ndarray) -> dict[str, Any]:
-        # The encoded files: the data preprocessor decodes them together on the device.
+        # The encoded files in one buffer (``'encoded_sizes'``: each file's bytes): the data
+        # preprocessor decodes them together on the device.
         paths = [self.get_path(i) for i in idx]
-        return {'inputs': [read_encoded(p) for p in paths], 'path': paths}
+        buffer, sizes = read_encoded_batch(paths)
+        return {'inputs': buffer, 'encoded_sizes': sizes, 'path': paths}
 
 
 @DATASETS.register_module()

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ifnd.device import to_device
 from ifnd.registry import DATASETS
 from .base import ContrastiveDataset, data_device
 from .device_augment import to_float_rgb
@@ -60,9 +61,19 @@ class _InMemoryDataset(ContrastiveDataset):
             cache[device] = t.to(device)
         return cache[device]
 
+    def _labels_on(self, device: torch.device) -> torch.Tensor:
+        """This data set's labels ``[N]`` on ``device`` (kept after the first call)."""
+        cache = self.__dict__.setdefault('_device_labels', {})
+        if device not in cache:
+            cache[device] = torch.from_numpy(self.labels).to(device)
+        return cache[device]
+
     def _raw_batch(self, idx: np.ndarray) -> dict[str, Any]:
+        # Images and labels are held on the device: the batch is gathered there from its indices, copied
+        # without a host wait, so the host can queue this step while the device runs the previous one.
         images = self.images(data_device())
-        return {'inputs': images[torch.from_numpy(idx).to(images.device)]}
+        index = to_device(torch.from_numpy(idx), images.device)
+        return {'inputs': images[index], 'index': index, 'label': self._labels_on(images.device)[index]}
 
     @property
     def evaluates_on_device(self) -> bool:

@@ -20,9 +20,14 @@ class SeededSampler(DefaultSampler):
     A sample's random views depend only on the run's seed, the epoch and the sample index: not on
     the loader workers' state, their number, persistence or the process count. An epoch restarted
     after a crash therefore sees the same views as the uninterrupted run, and two processes see
-    the same views as one process with the same global batch.
+    the same views as one process with the same global batch. A data set whose views are made on
+    the device (``augment_on='device'``), which draws from the device's generator, gets the plain
+    indices.
     """
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
+    def __iter__(self) -> Iterator[tuple[int, int] | int]:
+        if getattr(self.dataset, 'device_pipeline', None) is not None:
+            yield from super().__iter__()
+            return
         for index in super().__iter__():
             yield index, sample_seed(self.seed, self.epoch, index)

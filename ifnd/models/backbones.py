@@ -6,6 +6,7 @@ import torch
 from mmengine.model import BaseModule
 from torch import nn
 
+from ifnd.device import check_compile
 from ifnd.registry import MODELS
 
 
@@ -45,14 +46,14 @@ class TimmBackbone(BaseModule):
         self.channels_last = channels_last
         if channels_last:
             self.model.to(memory_format=torch.channels_last)
+        check_compile(compile, 'model.backbone.compile')
+        # The setting itself, which the algorithms' projection head and loss follow.
+        self.compile_setting = compile
         self._compile_on_cuda_only = compile == 'auto'
         if self._compile_on_cuda_only:
             compile = torch.cuda.is_available()
         if compile is True:
             compile = {}
-        if compile is not False and not isinstance(compile, dict):
-            raise ValueError(f"compile must be a bool, 'auto' or a dict of torch.compile options, "
-                             f'got {compile!r}')
         # Static shapes unless the dict says otherwise: training batches have one size (drop_last)
         # and feature extraction pads its last batch, so each mode compiles once, to fixed-size
         # kernels. Under the default automatic dynamic shapes, the first training step after an

@@ -8,11 +8,14 @@ remain (``dict(type='debiased', tau_plus=...)``, ``dict(type='hard', tau_plus=..
 :class:`SimCLR` takes its negatives from the batch's views; ``moco.py`` from a queue. The named
 methods (IFND, SupCon, FNC, ...) are presets of these parts (``presets.py``).
 """
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from mmengine.dist import get_dist_info
 from mmengine.model import BaseModel
 
+from ifnd.device import compile_options
 from ifnd.dist import gather_no_grad, gather_with_grad
 from ifnd.models.false_negatives import (DetectorNeeds, NegativeBatch, PseudoLabelBank,
                                          build_weighting, check_parts, flagged_loss)
@@ -20,6 +23,10 @@ from ifnd.models.false_negatives.settings import check_logit_scale, check_temper
 from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
 from ifnd.models.losses import candidate_logits, check_candidates, false_negative_detection_counts
 from ifnd.registry import MODELS
+
+# The key of a step's false-negative detection counts among its outputs (not a loss, not logged).
+DETECTION_KEY = '_detection_counts'
+
 
 class ContrastiveAlgorithm(BaseModel):
     """Backbone f, projection head g, and the detector, treatment and weighting of negatives."""
@@ -65,9 +72,41 @@ class ContrastiveAlgorithm(BaseModel):
         """Backbone features f(x)."""
         return self.backbone(inputs)
 
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """L2-normalised embeddings z = g(f) of backbone features f, in float32 also under autocast."""
+        return F.normalize(self.neck(features).float(), dim=1)
+
     def embed(self, inputs: torch.Tensor) -> torch.Tensor:
         """L2-normalised embeddings z = g(f(x)), in float32 also under autocast."""
-        return F.normalize(self.neck(self.backbone(inputs)).float(), dim=1)
+        return self.project(self.backbone(inputs))
+
+    def compiled(self, method: str, device: torch.device) -> Callable:
+        """This model's method ``method``, compiled on ``device`` where the backbone's ``compile``
+        setting compiles (``'auto'``: on CUDA), else as it is.
+
+        The training step runs its projection head and loss through it: with the encoder compiled,
+        they are one compiled region (static shapes) rather than a hundred eager kernels.
+        """
+        cache = self.__dict__.setdefault('_compiled', {})
+        key = (method, str(device))
+        if key not in cache:
+            options = self._compile_options(device)
+            fn = getattr(self, method)
+            cache[key] = fn if options is None else torch.compile(fn, **{'dynamic': False, **options})
+        return cache[key]
+
+    def compiles(self, device: torch.device) -> bool:
+        """Whether :meth:`compiled` compiles on ``device``."""
+        return self._compile_options(device) is not None
+
+    def _compile_options(self, device: torch.device) -> dict | None:
+        return compile_options(getattr(self.backbone, 'compile_setting', False), device)
+
+    def __getstate__(self) -> dict:
+        """The module's state without its compiled methods: a copy compiles its own."""
+        state = dict(super().__getstate__())
+        state.pop('_compiled', None)
+        return state
 
     @torch.no_grad()
     def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
@@ -119,18 +158,26 @@ class ContrastiveAlgorithm(BaseModel):
                              'labels: every training image needs its class')
         return classes
 
-    def _record_detection(self, flags: torch.Tensor | None, batch: NegativeBatch) -> None:
-        """Add the batch's detection counts (ground truth: its classes) when tracked."""
+    def _detection_counts(self, flags: torch.Tensor | None, batch: NegativeBatch) -> dict:
+        """The batch's detection counts (ground truth: its classes) under ``DETECTION_KEY`` when
+        tracked: a step's output, added up outside the (compiled) loss by :meth:`_add_detection`."""
         if not self.track_detection or batch.anchor_classes is None:
-            return
+            return {}
         levels = 1 if self.detector is None else self.detector.levels
-        counts = false_negative_detection_counts(flags, batch.negatives, batch.anchor_classes,
-                                                 batch.candidate_classes, levels)
+        return {DETECTION_KEY: false_negative_detection_counts(
+            flags, batch.negatives, batch.anchor_classes, batch.candidate_classes, levels)}
+
+    def _add_detection(self, losses: dict) -> dict:
+        """The step's losses, its detection counts (if any) moved from them into the running sum."""
+        counts = losses.pop(DETECTION_KEY, None)
+        if counts is None:
+            return losses
         held = self.detection_counts
         if held is None or held.shape != counts.shape or held.device != counts.device:
             self.detection_counts = counts
         else:
             held += counts
+        return losses
 
 
 @MODELS.register_module()
@@ -147,6 +194,12 @@ class SimCLR(ContrastiveAlgorithm):
         self._check_views(inputs)
         z1, z2 = self.embed(torch.cat(inputs[:2])).chunk(2)
         return z1, z2
+
+    def head_losses(self, features: torch.Tensor, data_samples: dict) -> dict:
+        """The losses of the two views' backbone features ``[2M, F]``: projected, normalised and
+        contrasted (:meth:`batch_losses`)."""
+        z1, z2 = self.project(features).chunk(2)
+        return self.batch_losses(z1, z2, data_samples)
 
     @torch.no_grad()
     def support_embeddings(self, inputs: list[torch.Tensor], num: int) -> torch.Tensor | None:
@@ -203,11 +256,17 @@ class SimCLR(ContrastiveAlgorithm):
                 anchors, candidates, positive_index, self_index, self.temperature)
             per_anchor = flagged_loss(logits, positive_index, excluded, flags, self.treatment,
                                       self.weighting, self.temperature)
-        self._record_detection(flags, batch)
         logged = {} if self.detector is None else self.detector.log_vars(batch)
-        return {'loss': per_anchor.mean(), **logged}
+        return {'loss': per_anchor.mean(), **logged, **self._detection_counts(flags, batch)}
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """The contrastive loss of a batch, with its detector's flags treated."""
-        z1, z2 = self.embed_views(inputs)
-        return self.batch_losses(z1, z2, data_samples, self.support_embeddings(inputs, z1.shape[0]))
+        self._check_views(inputs)
+        features = self.backbone(torch.cat(inputs[:2]))  # one batch of 2M: BN sees both views
+        if self.needs.support_views:  # embedded after the views, whose BN statistics come first
+            z1, z2 = self.project(features).chunk(2)
+            support = self.support_embeddings(inputs, z1.shape[0])
+            losses = self.compiled('batch_losses', features.device)(z1, z2, data_samples, support)
+        else:
+            losses = self.compiled('head_losses', features.device)(features, data_samples)
+        return self._add_detection(losses)

@@ -6,6 +6,7 @@ from mmengine.model import BaseDataPreprocessor
 
 from ifnd.datasets.decode import decode_images, decoder_names
 from ifnd.datasets.device_augment import DeviceAugmentCache
+from ifnd.device import CompileSetting, to_device
 from ifnd.registry import MODELS
 
 
@@ -15,21 +16,24 @@ class ContrastiveDataPreprocessor(BaseDataPreprocessor):
 
     Normalising on the device keeps the loader's work (and host-to-device traffic) small. A batch
     from a data set with ``augment_on='device'`` carries raw images (uint8 ``[B, C, H, W]``, or
-    encoded files with their ``'path'``) and its view pipeline under ``'augment'``: files are
+    encoded files with their ``'path'``: one buffer and each file's byte count, ``'encoded_sizes'``)
+    and its view pipeline under ``'augment'``: files are
     decoded here (JPEGs on the device, by ``decoder``: 'torchcodec', 'torchvision', or 'auto',
     TorchCodec where it decodes, else torchvision; :mod:`ifnd.datasets.decode`) and the views made in
-    batches, drawn per sample on the device without host syncs (:mod:`ifnd.datasets.device_augment`).
+    batches, drawn per sample on the device without host syncs (:mod:`ifnd.datasets.device_augment`),
+    and normalised with them: ``compile`` ('auto': on CUDA; True; False; or ``torch.compile``
+    options) compiles the views whole, a few kernels a batch.
     """
 
     def __init__(self, mean: Sequence[float] = (0.485, 0.456, 0.406),
                  std: Sequence[float] = (0.229, 0.224, 0.225), non_blocking: bool = True,
-                 decoder: str = 'auto') -> None:
+                 decoder: str = 'auto', compile: CompileSetting = 'auto') -> None:
         super().__init__(non_blocking)
         decoder_names(decoder)  # an unknown name fails when the model is built, not at the first batch
         self.decoder = decoder
         self.register_buffer('mean', torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1), False)
         self.register_buffer('std', torch.tensor(std, dtype=torch.float32).view(-1, 1, 1), False)
-        self._device_views = DeviceAugmentCache()
+        self._device_views = DeviceAugmentCache(compile)
 
     def forward(self, data: dict, training: bool = False) -> dict:
         """Normalised views on the model's device, plus sample indices and labels."""
@@ -39,18 +43,21 @@ class ContrastiveDataPreprocessor(BaseDataPreprocessor):
             del data['augment']
             raw = data.pop('inputs')
             paths = data.pop('path', None)
+            sizes = data.pop('encoded_sizes', None)
             device = self.mean.device
-            if not isinstance(raw, torch.Tensor):  # encoded files, read on the CPU: decode on the device
+            if sizes is not None:  # encoded files in one buffer, read on the CPU: decode on the device
+                raw = decode_images(torch.split(raw, list(sizes)), paths, device, self.decoder)
+            elif not isinstance(raw, torch.Tensor):  # encoded files, one tensor each
                 raw = decode_images(raw, paths, device, self.decoder)
             else:
-                raw = raw.to(device, non_blocking=self._non_blocking)
-            data = self.cast_data(data)
-            views = self._device_views.get(pipeline, device)(raw)
+                raw = to_device(raw, device)
+            views = self._device_views.get(pipeline, device)(raw, mean=self.mean, std=self.std)
         else:
             data = self.cast_data(data)
             views = data['inputs']
             if isinstance(views, torch.Tensor):
                 views = [views]
-        views = [(v.float() - self.mean) / self.std for v in views]
-        samples = {key: data[key] for key in ('index', 'label') if key in data}
+            views = [(v.float() - self.mean) / self.std for v in views]
+        device = self.mean.device
+        samples = {key: to_device(data[key], device) for key in ('index', 'label') if key in data}
         return {'inputs': views, 'data_samples': samples}

@@ -127,37 +127,51 @@ class MoCoV2(ContrastiveAlgorithm):
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """InfoNCE of queries against their keys and the queue, with its detector's flags treated."""
         self._check_views(inputs)
-        q = self.embed(inputs[0])
-        self._momentum_update()
+        features = self.backbone(inputs[0])
+        self._momentum_update()  # the key encoder's weights only: the queries' are read, not changed
         k = self._shuffled_keys(inputs[1])
-        index = self._sample_index(data_samples, q.shape[0], q.device)
+        index = self._sample_index(data_samples, k.shape[0], k.device)
         _, world_size = get_dist_info()
-        with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
-            # The queue itself, no copy: the loss keeps the rows the enqueue below overwrites,
-            # so the backward stays exact after the in-place update.
-            loss, logged = self.queue_loss(q, k, index, self._next_slots(k.shape[0] * world_size),
-                                           data_samples)
+        if self.compiles(k.device):
+            # A compiled graph may read its inputs again in its backward (recomputing rather than
+            # saving): it gets copies of the queue, which the enqueue below overwrites.
+            queue = (self.queue.clone(), self.queue_index.clone(), None)
+        else:  # the queue itself, no copy: the loss keeps the rows the enqueue overwrites
+            queue = (self.queue, self.queue_index, self._next_slots(k.shape[0] * world_size))
+        loss, logged = self.compiled('head_losses', k.device)(features, k, index, data_samples,
+                                                              *queue)
         if index is None:
             index = torch.full((k.shape[0],), -1, dtype=torch.long, device=k.device)
         self._enqueue(k, index)
         return {'loss': loss, **logged}
 
+    def head_losses(self, features: torch.Tensor, k: torch.Tensor, index: torch.Tensor | None,
+                    data_samples: dict, queue: torch.Tensor, queue_index: torch.Tensor,
+                    overwritten: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
+        """The loss of the queries' backbone features (projected and normalised) against their keys
+        and the queue (:meth:`queue_loss`), and its logs."""
+        q = self.project(features)
+        with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
+            return self.queue_loss(q, k, index, data_samples, queue, queue_index, overwritten)
+
     def queue_loss(self, q: torch.Tensor, k: torch.Tensor, index: torch.Tensor | None,
-                   overwritten: torch.Tensor, data_samples: dict) -> tuple[torch.Tensor, dict]:
-        """The loss of the queries against their own key (column 0) and the queue, and its logs."""
+                   data_samples: dict, queue: torch.Tensor, queue_index: torch.Tensor,
+                   overwritten: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
+        """The loss of the queries against their own key (column 0) and the queue ``[K, D]`` (its
+        sample indices ``[K]``; ``overwritten``: the rows the step's enqueue overwrites in place
+        before the backward, None if it does not), and its logs."""
         if self.weighting is not None and self.detector is None:
             # The queue's K keys are all negatives: the estimators' N is K.
-            return queue_debiased_loss(q, k, self.queue, self.temperature,
-                                       self.weighting['tau_plus'], self.weighting['beta'],
-                                       overwritten), {}
-        l_pos, l_neg = queue_logits(q, k, self.queue, self.temperature, overwritten)
+            return queue_debiased_loss(q, k, queue, self.temperature, self.weighting['tau_plus'],
+                                       self.weighting['beta'], overwritten), {}
+        l_pos, l_neg = queue_logits(q, k, queue, self.temperature, overwritten)
         logits = torch.cat([l_pos.unsqueeze(1), l_neg], dim=1)
         positive = logits.new_zeros(q.shape[0], dtype=torch.long)
         if self.detector is None:
             return F.cross_entropy(logits, positive), {}
-        batch = NegativeBatch(anchors=q, candidates=self.queue,
+        batch = NegativeBatch(anchors=q, candidates=queue,
                               negatives=torch.ones_like(l_neg, dtype=torch.bool),
-                              anchor_index=index, candidate_index=self.queue_index,
+                              anchor_index=index, candidate_index=queue_index,
                               anchor_classes=self._classes(data_samples))
         flags = self.detector(batch)
         if flags is not None:  # column 0, the own key, is never flagged

@@ -110,7 +110,7 @@ class PCL(_LabelPreset, SimCLR):
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """Instance term (with its treatment, if any) plus the prototype term of ProtoNCE."""
         z1, z2 = self.embed_views(inputs)
-        losses = self.batch_losses(z1, z2, data_samples)
+        losses = self._add_detection(self.batch_losses(z1, z2, data_samples))
         bank = self.label_bank
         ks = bank.cluster_counts  # host-side: no sync
         if not ks or min(ks) == 0:

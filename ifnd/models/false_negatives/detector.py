@@ -5,7 +5,7 @@ for false negatives (negatives of the anchor's own class); a treatment (``treatm
 eliminates or attracts them. Detectors are registered in ``MODELS`` and built from the
 algorithm's ``detector=dict(type=...)``.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -37,6 +37,9 @@ class NegativeBatch:
     views: int = 1
     support: torch.Tensor | None = None
     own_image: torch.Tensor | None = None  # each local image's column among the candidate images
+    # What a detector derives from the batch once and reads again (its flags, its logs): e.g. the
+    # pseudo labels of the anchors and candidates, looked up once a step.
+    derived: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -59,11 +59,21 @@ class PseudoLabels(FalseNegativeDetector):
         column = torch.arange(len(index), device=index.device)
         return torch.where(known, labels, -(bank.num_samples + 1 + column))
 
+    def batch_labels(self, batch: NegativeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The anchors' and the candidates' labels ``[L, A]``, ``[L, C]``, looked up once a batch
+        (every unknown sample, on either side, with a label of its own)."""
+        found = batch.derived.get('pseudo_labels')
+        if found is None:
+            anchors = len(batch.anchor_index)
+            both = self.labels(torch.cat([batch.anchor_index, batch.candidate_index]))
+            found = batch.derived['pseudo_labels'] = (both[:, :anchors], both[:, anchors:])
+        return found
+
     def flags(self, batch: NegativeBatch) -> torch.Tensor | None:
         """Same-label candidates ``[L, A, C]``; None while no label is accepted (no masks built)."""
         if not self.bank.any_accepted:
             return None
-        anchor, candidate = self.labels(batch.anchor_index), self.labels(batch.candidate_index)
+        anchor, candidate = self.batch_labels(batch)
         same = anchor.unsqueeze(2) == candidate.unsqueeze(1)
         if self.agreement == 1:
             return same
@@ -71,4 +81,4 @@ class PseudoLabels(FalseNegativeDetector):
 
     def log_vars(self, batch: NegativeBatch) -> dict:
         """The share of the batch's anchors that carry an accepted pseudo label."""
-        return {'accepted': (self.labels(batch.anchor_index) >= 0).float().mean().detach()}
+        return {'accepted': (self.batch_labels(batch)[0] >= 0).float().mean().detach()}
