@@ -355,14 +355,12 @@ def _profile_lines(results: dict) -> list[str]:
     lines = []
     profile = results.get('step_profile', {}).get('result')
     if profile:
-        sys.path.insert(0, HERE)
         from op_count import ops_table
         lines += ['', ops_table(profile)]
     decode = results.get('jpeg_folder', {}).get('result', {}).get('decode')
     if decode:
-        lines += ['', f"JPEG decoding ({results['jpeg_folder']['result']['rows'][0]['views']} views): "
-                  f"{decode['decoder']} on {decode['device']}, {decode['ms_per_batch']:.1f} ms a batch of "
-                  f"{decode['images']} files, timed alone."]
+        from throughput import decode_line
+        lines += ['', f'The ImageNet recipe on JPEGs. {decode_line(decode)}']
     return lines
 
 
@@ -408,7 +406,7 @@ def fake_results(all_parts: list[Part]) -> dict:
                              launches_per_step=160.0, steps_profiled=8))),
             'jpeg_folder': dict(result=dict(rows=[dict(views='device', images_per_s=4100.0)],
                                             decode=dict(decoder='torchvision', device='cuda:0', images=256,
-                                                        ms_per_batch=20.0)))}
+                                                        ms_per_batch=dict(torchvision=20.0))))}
     return {p.name: dict(made.get(p.name, dict(result=step)), returncode=0, wall_s=1.0, log=f'{p.name}.log')
             for p in all_parts}
 

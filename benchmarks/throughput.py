@@ -264,23 +264,33 @@ def in1k_jpeg_command(views: str, args: argparse.Namespace) -> tuple[list[str], 
 
 
 def decode_time(args: argparse.Namespace, batches: int = 5) -> dict:
-    """The device decoder ('auto') and its milliseconds per batch of ``--batch-size`` of the preset's files."""
+    """The decoder the device views ran ('auto'), and each installed decoder's milliseconds per batch of
+    ``--batch-size`` of the preset's files, decoded alone on the device."""
     import torch
 
-    from ifnd.datasets.decode import decode_images, image_decoder, read_encoded_batch
+    from ifnd.datasets.decode import available_decoders, decode_images, image_decoder, read_encoded_batch
     root = osp.abspath(osp.join(args.work_dir, 'in1k_jpegs', 'train'))
     paths = sorted(glob.glob(osp.join(root, '*', '*.jpg')))[:args.batch_size]
     device = resolve_device('auto')
     buffer, sizes = read_encoded_batch(paths)
     files = torch.split(buffer, sizes)
-    decode_images(files, paths, device)  # first use: the decoder's set-up
-    tic = time.perf_counter()
-    for _ in range(batches):
-        decode_images(files, paths, device)
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    return dict(decoder=image_decoder('auto').name, device=str(device), images=len(paths),
-                ms_per_batch=1000 * (time.perf_counter() - tic) / batches)
+    ms_per_batch = {}
+    for name in available_decoders():
+        decode_images(files, paths, device, name)  # first use: the decoder's set-up
+        tic = time.perf_counter()
+        for _ in range(batches):
+            decode_images(files, paths, device, name)
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        ms_per_batch[name] = 1000 * (time.perf_counter() - tic) / batches
+    return dict(decoder=image_decoder('auto').name, device=str(device), images=len(paths), ms_per_batch=ms_per_batch)
+
+
+def decode_line(decode: dict) -> str:
+    """What decoded the files, and each decoder's time per batch alone."""
+    times = ', '.join(f'{name} {ms:.1f} ms' for name, ms in decode['ms_per_batch'].items())
+    return (f"Decoding: {decode['decoder']} decoded the training batches; one batch of {decode['images']} "
+            f"files decoded alone on {decode['device']}: {times}.")
 
 
 def preset_command(views: str, args: argparse.Namespace) -> tuple[list[str], str]:
@@ -372,9 +382,7 @@ def run_preset(args: argparse.Namespace, device: str) -> dict:
               'after each epoch\n')
         print(preset_table(rows))
         if 'decode' in result:
-            d = result['decode']
-            print(f"\nDecoding: {d['decoder']} on {d['device']}, {d['ms_per_batch']:.1f} ms a batch of "
-                  f"{d['images']} files")
+            print('\n' + decode_line(result['decode']))
     return result
 
 
