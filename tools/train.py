@@ -11,8 +11,8 @@ from ifnd.engine import SafeLoadRunner
 from ifnd.engine.cli import init_distributed_without_cuda, runner_config
 from ifnd.engine.config_checks import CfgOptionsAction
 from ifnd.engine.input_errors import input_errors_as_messages
-from ifnd.engine.work_dir import (check_new_run, hold_work_dir, holds_run, remove_run, requeue_count,
-                                  run_files)
+from ifnd.engine.work_dir import (check_new_run, check_written_in_place, hold_work_dir, holds_run, remove_run,
+                                  requeue_count, run_files)
 from ifnd.registry import RUNNERS
 
 # --resume without a value: the latest checkpoint in the work dir, refused where there is none.
@@ -73,6 +73,7 @@ def prepare_work_dir(cfg: Config, args: argparse.Namespace) -> None:
     if args.resume is not None and args.overwrite:
         raise SystemExit('error: --overwrite starts the run over and --resume continues it: '
                          'give one of them')
+    check_written_in_place(work_dir)
     restarts = requeue_count()
     if restarts and holds_run(work_dir) and args.resume != LATEST:
         # The scheduler started the same command again after a pre-emption: continue, never

@@ -9,6 +9,9 @@ import os.path as osp
 
 import numpy as np
 
+from ifnd.fileio.json_files import read_json
+from ifnd.hooks.pseudo_label_hook import MAX_ROUNDS_BYTES
+
 from .protocol import CLUSTERERS, DETECTION_KEYS, FLAGGERS
 
 
@@ -54,8 +57,7 @@ def last_round(work_dir: str, since: float | None) -> tuple[dict, dict | None]:
         raise RuntimeError(f'{path} not found: did the IFND run cluster?')
     if since is not None and osp.getmtime(path) < since:
         raise RuntimeError(f'{path} predates this run')
-    with open(path) as f:
-        rounds = json.load(f)
+    rounds = read_json(path, MAX_ROUNDS_BYTES, own=True)
     if not rounds:
         raise RuntimeError(f'{path} holds no round')
     rounds = sorted(rounds, key=lambda r: r['epoch'])
@@ -83,8 +85,8 @@ def collect(plan: dict, record: dict, args: argparse.Namespace) -> dict:
         entry['linear_top1'] = read_scalars(osp.join(work_dir, 'linear'), 'top1',
                                             None)[-1][1]
     if method in CLUSTERERS:
-        with open(osp.join(work_dir, 'pseudo_labels', 'rounds.json')) as f:
-            entry['rounds'] = sorted(json.load(f), key=lambda r: r['epoch'])
+        rounds = read_json(osp.join(work_dir, 'pseudo_labels', 'rounds.json'), MAX_ROUNDS_BYTES, own=True)
+        entry['rounds'] = sorted(rounds, key=lambda r: r['epoch'])
         entry['detection'] = detection_over_training(entry['rounds'], step)
         level = pick_level(entry['rounds'][-1], args.level)
         entry.update(mtpr=level.get('mtpr', math.nan), mtnr=level.get('mtnr', math.nan),

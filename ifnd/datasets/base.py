@@ -16,6 +16,7 @@ from mmengine.dataset import default_collate
 from PIL import Image
 from torch.utils.data import Dataset, get_worker_info
 
+from ifnd.fileio import open_plain
 from ifnd.registry import FUNCTIONS
 from .decode import to_rgb
 from .device_augment import device_views_of
@@ -101,7 +102,7 @@ class ContrastiveDataset(Dataset):
         self.labels = all_labels[self.indices]
 
     def _read_subset_file(self, path: str, n: int) -> np.ndarray:
-        if not osp.isfile(path):
+        if not osp.exists(path):  # something else than a file is named when it is opened
             raise FileNotFoundError(f"Subset file '{path}' does not exist")
         lookup: dict[str, int] = {}
         if self._all_names is not None:
@@ -117,7 +118,7 @@ class ContrastiveDataset(Dataset):
                 del bases[base]
             lookup = {**bases, **{name: j for j, name in enumerate(names)}}
         indices = []
-        with open(path) as f:
+        with open_plain(path, 'r', 'subset file') as f:
             for lineno, line in enumerate(f, 1):
                 entry = line.split('#', 1)[0].strip()
                 if not entry:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from ifnd.fileio import open_plain
 from ifnd.registry import DATASETS
 from .base import ContrastiveDataset
 from .decode import load_rgb_image, read_encoded_batch
@@ -68,10 +69,10 @@ class ImageFolder(ContrastiveDataset):
 
     def _read_ann_file(self) -> tuple[list[str], list[int]]:
         path = self.ann_file if osp.isabs(self.ann_file) else osp.join(self.data_root, self.ann_file)
-        if not osp.isfile(path):
+        if not osp.exists(path):  # something else than a file is named when it is opened
             raise FileNotFoundError(f"List file '{path}' does not exist; {self._missing_root_hint()}")
         names, labels = [], []
-        with open(path) as f:
+        with open_plain(path, 'r', 'list file') as f:
             for line in f:
                 line = line.strip()
                 if not line or line.startswith('#'):

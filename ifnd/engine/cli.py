@@ -23,7 +23,7 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
     ``resume`` is a checkpoint path, or ``'auto'`` for the latest checkpoint in the work dir;
     ``work_dir`` defaults to ``work_dirs/<config name>``.
     """
-    if not osp.isfile(config):
+    if not osp.exists(config):  # something else than a file is named by load_config
         raise SystemExit(f'Config file not found: {config}. Configs live under configs/, '
                          'e.g. configs/ifnd/ifnd_r18_200e_fmnist.py')
     check_arguments(launcher=launcher, folders={'--work-dir': work_dir})

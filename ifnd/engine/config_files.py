@@ -4,6 +4,8 @@ import os.path as osp
 
 from mmengine.config import Config
 
+from ifnd.fileio import check_plain_file
+
 
 def _syntax_error_in(path: str, seen: set[str] | None = None) -> SyntaxError | None:
     """The first syntax error in a Python config or the ``_base_`` files it names, with its file."""
@@ -63,6 +65,7 @@ def _base_cycle(path: str, chain: tuple[str, ...] = ()) -> list[str] | None:
 def load_config(path: str) -> Config:
     """``Config.fromfile`` with one-line errors: syntax errors by file and line, Python as YAML,
     ``_base_`` files that include each other."""
+    check_plain_file(path, 'config file')  # a FIFO would never end a read
     cycle = _base_cycle(path)
     if cycle is not None:  # mmengine would recurse until RecursionError
         start = osp.dirname(cycle[0])

@@ -12,6 +12,8 @@ import stat
 import sys
 from collections.abc import Iterator
 
+from ifnd.fileio import check_open_file, check_plain_file, open_plain
+
 # The exact names a training run writes: checkpoints and last_checkpoint in the work dir, every
 # round's pseudo labels and their summary one folder down. A work dir holds a run when it has a
 # checkpoint or last_checkpoint; mmengine's timestamped log folders do not count, nor do the first
@@ -106,6 +108,14 @@ def remove_run(work_dir: str) -> tuple[list[str], list[str]]:
     return removed, left
 
 
+def check_written_in_place(work_dir: str) -> None:
+    """Refuse a work dir whose ``last_checkpoint`` is not its own plain file: mmengine writes it in
+    place after every checkpoint (a FIFO there would stop the run, a link carry the write elsewhere)."""
+    path = os.path.join(work_dir, LAST_CHECKPOINT)
+    if os.path.lexists(path):
+        check_plain_file(path, 'last_checkpoint file', own=True, writing=True)
+
+
 def holds_run(work_dir: str) -> bool:
     """Whether ``work_dir`` holds a run to continue: a checkpoint or ``last_checkpoint``."""
     return bool(run_files(work_dir, labels=False))
@@ -120,7 +130,7 @@ def requeue_count() -> int:
 def _holder(lock_path: str) -> str:
     """Who holds a work dir, as its lock file says."""
     try:
-        with open(lock_path, encoding='utf-8') as f:
+        with open_plain(lock_path, 'r', 'lock file', own=True, encoding='utf-8') as f:
             info = json.loads(f.read(4096))
         return (f'pid {int(info["pid"])} on {str(info["host"])[:64]}, started '
                 f'{str(info["started"])[:32]}: {str(info["command"])[:300]}')
@@ -138,15 +148,16 @@ def hold_work_dir(work_dir: str) -> Iterator[None]:
     """
     os.makedirs(work_dir, exist_ok=True)
     path = os.path.join(work_dir, LOCK_NAME)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as err:  # never through a link: the lock is the work dir's own file
+    try:  # the work dir's own file: never through a link, never a FIFO (no waiting for a writer)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as err:
         kind = 'a link' if os.path.islink(path) else 'not a file' if os.path.lexists(path) else None
         if kind is None:
             raise
         raise FileExistsError(f'{path} is {kind}, not the lock file a run holds; delete it (no run '
                               'writes it so) and start again') from err
     try:
+        check_open_file(fd, path, 'lock file', own=True, writing=True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -203,7 +214,7 @@ def resume_checkpoint(work_dir: str) -> tuple[str | None, str | None]:
     if os.path.isdir(pointer):
         raise ValueError(f'{pointer} is a folder, not the last_checkpoint file naming the checkpoint '
                          f'to resume; {fix}')
-    with open(pointer, 'rb') as f:
+    with open_plain(pointer, 'rb', 'last_checkpoint file', own=True) as f:
         raw = f.read(4097)
     try:
         text = raw.decode('utf-8').strip()

@@ -1,4 +1,5 @@
-"""Files, the ground floor: atomic writes, the safe checkpoint reader, configs as data, JSON.
+"""Files, the ground floor: atomic writes, the safe checkpoint reader, configs as data, JSON, files
+opened as plain files (never a FIFO, never through a link where the project writes its own).
 
 Nothing here imports from ifnd but ``ifnd.registry`` (the names a config read as data may use).
 """
@@ -6,7 +7,9 @@ from .atomic import TEMP_PREFIX, AtomicLocalBackend
 from .checkpoint import check_state_fits, check_weights, mmengine_checkpoint_globals, read_checkpoint
 from .config_data import checkpoint_config, config_data, config_text_to_data, config_to_data
 from .json_files import json_safe, write_json
+from .plain_files import NotAPlainFile, check_open_file, check_plain_file, open_plain
 
 __all__ = ['TEMP_PREFIX', 'AtomicLocalBackend', 'check_state_fits', 'check_weights',
            'mmengine_checkpoint_globals', 'read_checkpoint', 'checkpoint_config', 'config_data', 'config_text_to_data',
-           'config_to_data', 'json_safe', 'write_json']
+           'config_to_data', 'json_safe', 'write_json', 'NotAPlainFile', 'check_open_file', 'check_plain_file',
+           'open_plain']

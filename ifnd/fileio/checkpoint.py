@@ -8,6 +8,8 @@ import zipfile
 
 import torch
 
+from .plain_files import check_plain_file
+
 # torch.save writes a zip archive; torch < 1.6 wrote a pickle of protocol 2 (0x80 0x02).
 ZIP_MAGIC = b'PK\x03\x04'
 PICKLE_START = 0x80
@@ -35,8 +37,10 @@ def mmengine_checkpoint_globals() -> list:
 
 def read_checkpoint(filename: str, map_location='cpu') -> dict:
     """A checkpoint file read with ``weights_only=True``, with errors that name the file and the fix."""
-    if not os.path.isfile(filename):
-        raise FileNotFoundError(f'checkpoint not found: {filename}')
+    try:
+        check_plain_file(filename, 'checkpoint file')  # a FIFO or device would never end a read
+    except FileNotFoundError:
+        raise FileNotFoundError(f'checkpoint not found: {filename}') from None
     try:
         with torch.serialization.safe_globals(mmengine_checkpoint_globals()):
             checkpoint = torch.load(filename, map_location=map_location, weights_only=True)

@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from ifnd.fileio.atomic import AtomicLocalBackend
+from ifnd.fileio.plain_files import open_plain
 
 
 def json_safe(value: object) -> object:
@@ -60,15 +61,16 @@ def _depth(value: object, limit: int) -> int:
 
 
 def read_json(path: str, max_bytes: int, max_depth: int = MAX_JSON_DEPTH,
-              allow_nan: bool = False) -> object:
-    """The strict-JSON value of the UTF-8 file ``path``.
+              allow_nan: bool = False, own: bool = False) -> object:
+    """The strict-JSON value of the UTF-8 file ``path`` (``own``: a file the project keeps for itself,
+    see :func:`~ifnd.fileio.plain_files.open_plain`).
 
-    ``OSError`` where it cannot be read (missing, a folder, no permission); ``ValueError`` naming
+    ``OSError`` where it cannot be read (missing, not a plain file, no permission); ``ValueError`` naming
     what is wrong where it is larger than ``max_bytes``, not UTF-8, not strict JSON (NaN,
     Infinity; read as floats with ``allow_nan``, for a caller that names where they are) or
     nested deeper than ``max_depth``. The callers judge the value's layout.
     """
-    with open(path, 'rb') as f:
+    with open_plain(path, 'rb', 'JSON file', own=own) as f:
         size = os.fstat(f.fileno()).st_size
         data = f.read(max_bytes + 1) if size <= max_bytes else b''  # no more, had it grown since
     if max(size, len(data)) > max_bytes:

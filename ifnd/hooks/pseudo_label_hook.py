@@ -294,7 +294,7 @@ def read_rounds(path: str, logger=None) -> list[dict]:
     if not os.path.lexists(path):
         return []
     try:
-        rounds = read_json(path, MAX_ROUNDS_BYTES)
+        rounds = read_json(path, MAX_ROUNDS_BYTES, own=True)
         if not (isinstance(rounds, list) and all(
                 isinstance(r, dict) and isinstance(r.get('epoch'), int)
                 and not isinstance(r['epoch'], bool) for r in rounds)):

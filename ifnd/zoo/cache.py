@@ -5,6 +5,8 @@ import json
 import os
 import os.path as osp
 
+from ifnd.fileio import open_plain
+
 from .errors import CacheLinkError, ChecksumError
 from .index import CHECKSUM_FIELDS
 
@@ -26,7 +28,7 @@ def sha256sum(path: str) -> str:
 
 def _digest(path: str, algorithm: str) -> str:
     digest = hashlib.new(algorithm)
-    with open(path, 'rb') as f:
+    with open_plain(path, 'rb', 'cached file', own=True) as f:
         for block in iter(lambda: f.read(CHUNK), b''):
             digest.update(block)
     return digest.hexdigest()
@@ -54,7 +56,7 @@ def read_record(path: str) -> dict | None:
     if not osp.isfile(path):
         return None
     try:
-        with open(path, encoding='utf-8') as f:
+        with open_plain(path, 'r', 'checksum record', own=True, encoding='utf-8') as f:
             record = json.load(f)
     except (OSError, ValueError) as err:
         raise ChecksumError(f'{path} is not readable JSON ({err}); delete it to verify the file '

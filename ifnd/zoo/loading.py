@@ -7,6 +7,8 @@ import time
 
 import torch
 
+from ifnd.fileio import check_plain_file
+
 from .cache import RECORD_SUFFIX, cache_dir, inside_cache, read_record, verify, write_record
 from .errors import ChecksumError, PermanentError, UnverifiedError
 from .hub import fetch_hub
@@ -40,6 +42,8 @@ def download(name: str, dir: str | None = None, progress: bool = True, retries: 
                            f'directory) holding {entry["file"]}, or rebuild it with: '
                            f'{entry.get("reproduce", "see model_zoo/README.md")}')
     limit = entry['size'] if entry.get('size') is not None else entry.get('max_size')
+    if osp.lexists(part):  # resumed in place: it must be the cache's own file, before any request
+        check_plain_file(part, 'partial download', own=True, writing=True)
     errors = []
     for source in sources:
         for attempt in range(1, retries + 1):

@@ -9,6 +9,8 @@ import urllib.request
 
 from tqdm import tqdm
 
+from ifnd.fileio import open_plain
+
 from .cache import CHUNK
 from .errors import (OversizeError, SizeError, looks_like_html, not_found_error, oversize_error,
                      web_page_error)
@@ -61,7 +63,8 @@ def _copy_from_folder(name: str, source: str, part: str, limit: int | None) -> N
                               f'put {osp.basename(source)} there, or unset IFND_ZOO_URL')
     if limit is not None and osp.getsize(source) > limit:
         raise oversize_error(name, source, limit, osp.getsize(source), announced=True)
-    shutil.copyfile(source, part)
+    with open(source, 'rb') as src, open_plain(part, 'wb', 'partial download', own=True) as dst:
+        shutil.copyfileobj(src, dst)
 
 
 def _receive(name: str, source: str, part: str, response, done: int, size: int | None,
@@ -77,7 +80,7 @@ def _receive(name: str, source: str, part: str, response, done: int, size: int |
     announced = int(length) if length.isdigit() else None
     if limit is not None and announced is not None and received + announced > limit:
         raise oversize_error(name, source, limit, received + announced, announced=True)
-    with open(part, mode) as f, tqdm(total=size, initial=received, unit='B',
+    with open_plain(part, mode, 'partial download', own=True) as f, tqdm(total=size, initial=received, unit='B',
                                      unit_scale=True, desc=osp.basename(part)[:-5],
                                      disable=not progress, file=sys.stderr) as bar:
         # Never more than the limit and one block: an endless body stops here.
@@ -94,7 +97,7 @@ def _check_received(name: str, source: str, part: str, size: int | None, announc
                     start: int | None) -> None:
     """Refuse a received file that is a web page, or shorter than the index's size."""
     received = osp.getsize(part)
-    with open(part, 'rb') as f:
+    with open_plain(part, 'rb', 'partial download', own=True) as f:
         if looks_like_html(f.read(1024)):
             os.unlink(part)  # a page, not the start of the file: never resume from it
             raise web_page_error(source, f'{received} bytes of HTML')
