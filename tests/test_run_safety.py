@@ -16,7 +16,7 @@ from mmengine.config import Config
 
 from ifnd.engine.config_checks import check_top_level_keys
 from ifnd.engine.config_files import load_config
-from ifnd.engine.work_dir import LOCK_NAME, check_new_run, resume_checkpoint
+from ifnd.engine.work_dir import LOCK_NAME, check_new_run, inputs_in_run, resume_checkpoint
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))
 
@@ -39,9 +39,28 @@ def test_new_run_refuses_a_work_dir_holding_a_run_unless_overwrite(tmp_path):
     train_tool.main([path, '--overwrite'])
     assert not (run / 'epoch_7.pth').exists() and not (run / 'pseudo_labels' / 'rounds.json').exists()
     assert (run / 'last_checkpoint').read_text().endswith('epoch_1.pth')
-    # --overwrite never deletes the checkpoint the new run is to load.
-    message = train_error(path, '--overwrite', '--cfg-options', f'load_from={run / "epoch_1.pth"}')
-    assert 'would delete' in message and (run / 'epoch_1.pth').is_file()
+    # --overwrite never deletes what the new run reads: the checkpoint it loads or starts from, a
+    # file or folder of its data (named directly, or a folder holding the run's files).
+    for option in (f'load_from={run / "epoch_1.pth"}', f'load_from={run}/./epoch_1.pth',
+                   f'train_dataloader.dataset.subset_file={run / "last_checkpoint"}'):
+        key = option.split('=')[0]
+        message = train_error(path, '--overwrite', '--cfg-options', option)
+        assert 'would delete what this run reads' in message and f'({key})' in message, message
+        assert (run / 'epoch_1.pth').is_file() and (run / 'last_checkpoint').is_file()
+    data = {'train_dataloader': {'dataset': {'data_root': str(run)}}, 'work_dir': str(run)}
+    assert inputs_in_run(str(run), data) == [f'{run / name} (train_dataloader.dataset.data_root)'
+                                             for name in ('epoch_1.pth', 'last_checkpoint')]
+
+
+def test_overwrite_keeps_the_checkpoint_a_linear_probe_reads(tmp_path):
+    """The linear protocol's backbone weights, model.pretrained, taken from the work dir it starts over."""
+    run = tmp_path / 'run'
+    train_tool.main([digits_config_file(tmp_path)])
+    linear = osp.join(osp.dirname(__file__), '..', 'configs', 'benchmarks', 'linear', 'linear_r18_100e_digits.py')
+    message = train_error(linear, '--work-dir', str(run), '--overwrite', '--cfg-options',
+                          f'model.pretrained={run / "epoch_1.pth"}')
+    assert f'{run / "epoch_1.pth"} (model.pretrained)' in message and 'copy it out' in message
+    assert (run / 'epoch_1.pth').is_file()
 
 
 def test_logs_alone_or_first_round_labels_are_not_a_run(tmp_path):
@@ -156,17 +175,27 @@ def test_resume_auto_starts_or_continues_and_a_requeued_job_continues(tmp_path, 
     assert 'holds no run yet' not in capsys.readouterr().out
 
     # A requeued job runs its first command again: --overwrite would delete the run, and a
-    # --resume CKPT would go back to CKPT. It continues from the latest checkpoint instead.
+    # --resume CKPT would go back to CKPT. It continues from the latest checkpoint instead, where the
+    # work dir holds that very run (its checkpoint's config and seed).
     monkeypatch.setenv('SLURM_RESTART_COUNT', '1')
-    train_tool.main([path, '--overwrite', '--cfg-options', 'train_cfg.max_epochs=3'])
-    assert 'requeued job (restart 1): continuing the run' in capsys.readouterr().out
-    assert (run / 'epoch_2.pth').is_file(), 'nothing was deleted'
-    assert torch.load(run / 'epoch_3.pth', weights_only=False)['meta']['epoch'] == 3
-    third = (run / 'epoch_3.pth').read_bytes()
-    train_tool.main([path, '--resume', str(run / 'epoch_1.pth'), '--cfg-options', 'train_cfg.max_epochs=4'])
+    second = (run / 'epoch_2.pth').read_bytes()
+    train_tool.main([path, '--overwrite', '--cfg-options', 'train_cfg.max_epochs=2'])
+    captured = capsys.readouterr()
+    assert 'requeued job (restart 1): continuing the run' in captured.out
+    assert 'instead of --overwrite' in captured.err and 'deleted' not in captured.out
+    assert (run / 'epoch_2.pth').read_bytes() == second, 'nothing was deleted or trained again'
+    train_tool.main([path, '--resume', str(run / 'epoch_1.pth'), '--cfg-options', 'train_cfg.max_epochs=2'])
     assert f'instead of --resume {run / "epoch_1.pth"}' in capsys.readouterr().out
-    assert (run / 'epoch_3.pth').read_bytes() == third, 'epochs 2 and 3 are not trained again'
-    assert torch.load(run / 'epoch_4.pth', weights_only=False)['meta']['epoch'] == 4
+    assert (run / 'epoch_2.pth').read_bytes() == second, 'epoch 2 is not trained again'
+    # Started by hand in a requeued allocation (SLURM_RESTART_COUNT is set in any of its shells),
+    # with another learning rate: not this run's requeue, so --overwrite does what it says.
+    train_tool.main([path, '--overwrite', '--cfg-options', 'train_cfg.max_epochs=2',
+                     'optim_wrapper.optimizer.lr=0.01'])
+    captured = capsys.readouterr()
+    assert 'holds another run (its checkpoint differs in optim_wrapper.optimizer.lr)' in captured.err
+    assert f'--overwrite: deleted {run / "epoch_2.pth"}' in captured.out
+    saved = torch.load(run / 'epoch_2.pth', weights_only=False)['meta']['cfg']
+    assert saved['optim_wrapper']['optimizer']['lr'] == 0.01
     monkeypatch.setenv('SLURM_RESTART_COUNT', '2')  # a requeue before the first checkpoint: a start
     train_tool.main([path, '--work-dir', str(tmp_path / 'other')])
     assert (tmp_path / 'other' / 'epoch_1.pth').is_file()

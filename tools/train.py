@@ -3,6 +3,7 @@ import argparse
 import contextlib
 import os
 import os.path as osp
+import sys
 
 from mmengine.config import Config
 from mmengine.runner import Runner
@@ -11,8 +12,8 @@ from ifnd.engine import SafeLoadRunner
 from ifnd.engine.cli import init_distributed_without_cuda, runner_config
 from ifnd.engine.config_checks import CfgOptionsAction
 from ifnd.engine.input_errors import input_errors_as_messages
-from ifnd.engine.work_dir import (check_new_run, check_written_in_place, hold_work_dir, holds_run, remove_run,
-                                  requeue_count, run_files)
+from ifnd.engine.work_dir import (check_new_run, check_written_in_place, differences_from_run, hold_work_dir,
+                                  holds_run, inputs_in_run, remove_run, requeue_count)
 from ifnd.registry import RUNNERS
 
 # --resume without a value: the latest checkpoint in the work dir, refused where there is none.
@@ -66,6 +67,31 @@ def process_rank() -> str:
                                                  os.environ.get('OMPI_COMM_WORLD_RANK', '0')))
 
 
+def continue_requeued_run(cfg: Config, args: argparse.Namespace) -> None:
+    """In a job the scheduler requeued (``SLURM_RESTART_COUNT``), the same command started again after
+    a pre-emption: continue the work dir's run, never start it over (--overwrite) or go back to the
+    checkpoint the first start named. Only where the work dir holds this very run (config and seed as
+    its checkpoint has them): a command started by hand in a requeued allocation is left as it is."""
+    restarts, work_dir = requeue_count(), cfg.work_dir
+    given = ' '.join(f for f, on in (('--overwrite', args.overwrite),
+                                     (f'--resume {args.resume}', args.resume not in (None, 'auto'))) if on)
+    differences = differences_from_run(cfg, work_dir)
+    if differences:
+        shown = ', '.join(differences[:5]) + (f' and {len(differences) - 5} more' if len(differences) > 5 else '')
+        args.requeue_note = (f'SLURM_RESTART_COUNT={restarts}, but {work_dir} holds another run (its checkpoint '
+                             f'differs in {shown}): not continued as a requeued job; '
+                             f'{given or "as the command says"}')
+        print(args.requeue_note, file=sys.stderr, flush=True)
+        return
+    what = ('the run its checkpoint names cannot be compared (no config in it): continuing it'
+            if differences is None else 'continuing the run')
+    args.requeue_note = f'requeued job (restart {restarts}): {what} in {work_dir}' + (
+        f' instead of {given}' if given else '')
+    print(args.requeue_note, flush=True)
+    print(args.requeue_note, file=sys.stderr, flush=True)
+    args.resume, args.overwrite = 'auto', False
+
+
 def prepare_work_dir(cfg: Config, args: argparse.Namespace) -> None:
     """Settle whether the run starts or continues; refuse a new run in a work dir that holds one,
     and with --overwrite delete that run's files."""
@@ -74,16 +100,8 @@ def prepare_work_dir(cfg: Config, args: argparse.Namespace) -> None:
         raise SystemExit('error: --overwrite starts the run over and --resume continues it: '
                          'give one of them')
     check_written_in_place(work_dir)
-    restarts = requeue_count()
-    if restarts and holds_run(work_dir) and args.resume != LATEST:
-        # The scheduler started the same command again after a pre-emption: continue, never
-        # start over (--overwrite) or go back to the checkpoint the first start named.
-        given = ' '.join(f for f, on in (('--overwrite', args.overwrite),
-                                         (f'--resume {args.resume}', args.resume not in (None, 'auto')))
-                         if on)
-        print(f'requeued job (restart {restarts}): continuing the run in {work_dir}'
-              + (f' instead of {given}' if given else ''), flush=True)
-        args.resume, args.overwrite = 'auto', False
+    if requeue_count() and holds_run(work_dir) and args.resume != LATEST:
+        continue_requeued_run(cfg, args)
     if args.resume == 'auto':
         if holds_run(work_dir):
             cfg.resume, cfg.load_from = True, None  # the work dir's latest checkpoint
@@ -95,10 +113,10 @@ def prepare_work_dir(cfg: Config, args: argparse.Namespace) -> None:
     if not args.overwrite:
         check_new_run(work_dir)
         return
-    load_from = cfg.get('load_from')
-    if load_from and osp.realpath(load_from) in {osp.realpath(p) for p in run_files(work_dir)}:
-        raise SystemExit(f'error: --overwrite would delete {load_from}, the checkpoint load_from '
-                         f'names: copy it out of {work_dir} first, or use another --work-dir')
+    inputs = inputs_in_run(work_dir, cfg.to_dict())
+    if inputs:  # a checkpoint to load (load_from, model.pretrained), data, a list file...
+        raise SystemExit(f'error: --overwrite would delete what this run reads: {", ".join(inputs)}; '
+                         f'copy it out of {work_dir} first, or use another --work-dir')
     if process_rank() == '0':  # one process deletes; the others' runs start empty all the same
         removed, left = remove_run(work_dir)
         for path in removed:
@@ -118,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
             prepare_work_dir(cfg, args)
             init_distributed_without_cuda(cfg, args.cfg_options)  # CPU processes over gloo
             runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+            if getattr(args, 'requeue_note', None):  # the run's log says it too
+                runner.logger.info(args.requeue_note)
             if isinstance(runner, SafeLoadRunner):  # --resume: these values win over the checkpoint's
                 runner.resume_optimizer_keys = optimizer_options(args.cfg_options)
             runner.train()

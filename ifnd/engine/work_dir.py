@@ -12,7 +12,8 @@ import stat
 import sys
 from collections.abc import Iterator
 
-from ifnd.fileio import check_open_file, check_plain_file, open_plain
+from ifnd.fileio import (check_open_file, check_plain_file, checkpoint_config, config_to_data, open_plain,
+                         read_checkpoint)
 
 # The exact names a training run writes: checkpoints and last_checkpoint in the work dir, every
 # round's pseudo labels and their summary one folder down. A work dir holds a run when it has a
@@ -116,9 +117,60 @@ def check_written_in_place(work_dir: str) -> None:
         check_plain_file(path, 'last_checkpoint file', own=True, writing=True)
 
 
+def inputs_in_run(work_dir: str, config: dict, skip: tuple[str, ...] = ('work_dir',)) -> list[str]:
+    """The files of the run in ``work_dir`` (:func:`run_files`) that ``config`` reads, each as
+    ``'FILE (KEY)'``: a path it names (``model.pretrained``, ``load_from``, a data root, a list file)
+    is the file, or a folder holding it. ``--overwrite`` must not delete them."""
+    runs = {os.path.realpath(path): path for path in run_files(work_dir)}
+    found = []
+
+    def visit(value, key: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if key or k not in skip:
+                    visit(v, f'{key}.{k}' if key else str(k))
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                visit(v, f'{key}.{i}')
+        elif isinstance(value, str) and value and '\n' not in value and os.path.lexists(value):
+            named = os.path.realpath(value)
+            found.extend(f'{path} ({key})' for real, path in runs.items()
+                         if real == named or real.startswith(named.rstrip(os.sep) + os.sep))
+
+    visit(config, '')
+    return found
+
+
 def holds_run(work_dir: str) -> bool:
     """Whether ``work_dir`` holds a run to continue: a checkpoint or ``last_checkpoint``."""
     return bool(run_files(work_dir, labels=False))
+
+
+# Settings a continued run may have set for itself (tools/train.py's resume choice); not the run's own.
+_RESUME_KEYS = ('resume', 'load_from')
+
+
+def _flat(value, key: str = '') -> dict:
+    if isinstance(value, dict):
+        return {k2: v2 for k, v in value.items() for k2, v2 in _flat(v, f'{key}.{k}' if key else str(k)).items()}
+    if isinstance(value, (list, tuple)):
+        return {k2: v2 for i, v in enumerate(value) for k2, v2 in _flat(v, f'{key}.{i}').items()} or {key: ()}
+    return {key: value}
+
+
+def differences_from_run(config: dict, work_dir: str) -> list[str] | None:
+    """The settings (dotted keys) in which ``config`` (as data) differs from the config of the run in
+    ``work_dir`` (its checkpoint's): ``[]`` for the same run, None where no checkpoint says."""
+    path, _ = resume_checkpoint(work_dir)
+    try:
+        saved = checkpoint_config(read_checkpoint(path), path) if path else None
+    except (OSError, ValueError):
+        return None
+    if saved is None:
+        return None
+    ours, theirs = (_flat({k: v for k, v in c.items() if k not in _RESUME_KEYS})
+                    for c in (config_to_data(config), config_to_data(saved)))
+    return sorted(k for k in ours.keys() | theirs.keys() if ours.get(k, '<unset>') != theirs.get(k, '<unset>'))
 
 
 def requeue_count() -> int:
