@@ -104,9 +104,18 @@ def test_agreement_flags_only_pairs_that_share_labels_at_enough_levels(agreement
                 assert bool(flags[level, a_pos, c_pos]) == (same[level] and sum(same) >= agreement)
 
 
-def test_agreement_is_checked():
-    with pytest.raises(ValueError, match='PseudoLabels agreement must be an int >= 1'):
-        PseudoLabels(agreement=0)
+def test_agreement_is_checked(tmp_path):
+    """Past the stated 64, or more levels than the run clusters at: no pair could ever be flagged."""
+    for value in (0, 65):
+        with pytest.raises(ValueError, match=r'PseudoLabels agreement must be an int in \[1, 64\]'):
+            PseudoLabels(agreement=value)
+    from helpers import train_error
+    config = _config(tmp_path, 'agreement', dict(type='SimCLR', temperature=0.5, treatment='elim',
+                                                 detector=dict(type='PseudoLabels', agreement=3)),
+                     dict(scheme='constant'))
+    message = train_error(config, '--work-dir', str(tmp_path / 'run'))
+    assert message.startswith('error: PseudoLabels agreement=3 asks labels to agree at more levels than '
+                              'PseudoLabelHook clusters at (2: num_clusters=[10, 20])'), message
 
 
 @pytest.mark.parametrize('seed', range(4))
@@ -129,7 +138,8 @@ def test_pair_precision_and_recall_match_the_pairs_counted_one_by_one(seed):
 
 @pytest.mark.parametrize('settings, match', [
     (dict(scheme='confidence'), 'threshold must be a float in'),
-    (dict(scheme='confidence', threshold=1.5), r'threshold must be a float in \[0, 1\]'),
+    (dict(scheme='confidence', threshold=1.5), r'threshold must be a float in \[0, 1\)'),
+    (dict(scheme='confidence', threshold=1.0), r'threshold must be a float in \[0, 1\), got 1\.0.*never reaches'),
     (dict(scheme='linear', threshold=0.5), "threshold=0.5 is the 'confidence' scheme's"),
     (dict(scheme='confidence', threshold=0.5, confidence='pcl'), "thresholds κ"),
 ])

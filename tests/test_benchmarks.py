@@ -1050,3 +1050,12 @@ def test_the_harness_shows_each_rounds_accepted_share_and_flag_precision():
     table = report.markdown_tables(result).split('\nIFND acceptance per clustering round', 1)[1]
     assert '| 0 | 25.0% · 80.0 / 10.0 | 25.0% · 80.0 / 10.0 | 25.0% · 80.0 / 10.0 |' in table
     assert '| 3 | 25.0% · 81.0 / 10.0 |' in table
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf', '-1'])
+def test_false_negatives_refuses_a_time_limit_that_would_not_limit(capsys, value):
+    """A NaN compares false with everything: it meant no limit at all."""
+    with pytest.raises(SystemExit):
+        _load('false_negatives').main(['--dry-run', '--seeds', '0', '--time-limit', value])
+    assert f'--time-limit must be a finite number of seconds >= 0 (0: no limit), got {float(value)}' \
+        in capsys.readouterr().err

@@ -93,7 +93,7 @@ def test_knn_classify_matches_brute_force(k):
 
 def test_knn_errors():
     x = torch.randn(5, 3)
-    with pytest.raises(ValueError, match=r'k=6.*5 training'):
+    with pytest.raises(ValueError, match=r'kNN k must be an int in \[1, 5\], got 6: neighbours among the 5'):
         knn_classify(x, torch.zeros(5, dtype=torch.long), x, 2, k=6)
     with pytest.raises(ValueError):
         knn_classify(x, torch.full((5, ), 3), x, 2, k=2)

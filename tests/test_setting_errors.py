@@ -193,3 +193,44 @@ def test_a_diverged_run_names_the_settings_that_scale_the_loss(tmp_path):
             'rate or clip gradients (optim_wrapper.clip_grad=dict(max_norm=...)), bring the '
             'marked settings to their usual range, then continue from the last checkpoint with '
             '--resume') in message
+
+
+@pytest.mark.parametrize('value', ['nan', '1e-300', '0', '-1'])
+def test_training_and_evaluation_refuse_a_knn_temperature_alike(tmp_path, value):
+    """The kNN hook of a training config and tools/knn_eval.py share the check, and its message: a
+    temperature the loss would refuse is refused, never evaluated (a NaN gave a quarter of the
+    accuracy, exit 0)."""
+    from helpers import load_tool
+    config = osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r18_8e_digits.py')
+    hooks = Config.fromfile(config).custom_hooks
+    index = next(i for i, hook in enumerate(hooks) if hook['type'] == 'KNNEvalHook')
+    trained = train_error(config, '--work-dir', str(tmp_path / 'run'), '--cfg-options',
+                          f'custom_hooks.{index}.temperature={value}')
+    checkpoint = tmp_path / 'weights.pth'
+    torch.save({'state_dict': {}}, checkpoint)
+    with pytest.raises(SystemExit) as err:
+        load_tool('knn_eval').main([str(checkpoint), '--dataset', 'digits', '--temperature', value])
+    evaluated = str(err.value)
+    for message in (trained, evaluated):  # the same rule and reason; the value as each parser read it
+        rule, _, rest = message.partition(', got ')
+        assert rule.startswith('error: kNN temperature must be a float >= 0.001'), message
+        assert float(rest.split(':')[0]) == float(value) or math.isnan(float(value)), message
+        assert rest.endswith('the logits are cos/τ; recipes use 0.05 to 1')
+    assert trained.partition(', got ')[0] == evaluated.partition(', got ')[0]
+
+
+def test_knn_votes_stay_finite_at_the_smallest_temperature():
+    """Weights relative to each row's nearest neighbour: at T = 1e-3 (cos / T up to 1000, beyond
+    float32's exp) the vote is the nearest neighbour's, never NaN or a tie of infinities."""
+    from ifnd.evaluation import knn_classify
+    g = torch.Generator().manual_seed(0)
+    bank, query = torch.randn(50, 8, generator=g), torch.randn(20, 8, generator=g)
+    labels = torch.randint(0, 4, (50,), generator=g)
+    nearest = labels[(torch.nn.functional.normalize(query, dim=1)
+                      @ torch.nn.functional.normalize(bank, dim=1).t()).argmax(1)]
+    assert torch.equal(knn_classify(bank, labels, query, 4, k=10, temperature=1e-3), nearest)
+    usual = knn_classify(bank, labels, query, 4, k=10, temperature=0.07)
+    votes = torch.zeros(20, 4)  # the unshifted weights, as the protocol writes them
+    sim, index = (torch.nn.functional.normalize(query, dim=1) @ torch.nn.functional.normalize(bank, dim=1).t()).topk(10)
+    votes.scatter_add_(1, labels[index], (sim / 0.07).exp())
+    assert torch.equal(usual, votes.argmax(1))

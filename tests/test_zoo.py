@@ -598,6 +598,11 @@ def test_the_repository_index_lists_the_published_baselines(monkeypatch):
     (['--name', 'ok', '--url', 'ftp://host/x.pth'], "--url 'ftp://host/x.pth' is not an http"),
     (['--name', 'ok', '--url', 'hf://lab/repo/x.pth@main'], '--url .* pinned 40-hex-digit commit'),
     (['--name', 'ok', '--metric', 'knn', 'high', 'cmd'], "--metric knn 'high': the value is not a number"),
+    *[(['--name', 'ok', '--metric', 'knn', value, 'cmd'], f"--metric knn '{value}': .* is not a percentage")
+      for value in ('nan', 'inf', '-5', '250')],
+    (['--name', 'ok', '--url', 'https://user:secret@example.org/x.pth'], r'--url https://\.\.\.@example\.org carries '
+     'credentials'),
+    (['--name', 'ok', '--url', 'https://example.org/x.pth\nhttps://evil.example/y.pth'], '--url .* control character'),
 ])
 def test_publish_refuses_what_the_zoo_index_would_refuse_before_writing(trained, tmp_path, flags, expected):
     from test_checkpoint_layouts import _tool

@@ -16,6 +16,7 @@ from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_argumen
                                    resolve_device)
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.evaluation import knn_accuracy
+from ifnd.models.false_negatives.settings import check_knn
 from ifnd.evaluation.class_match import match_eval_classes
 from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder
@@ -108,10 +109,8 @@ def run(args: argparse.Namespace) -> dict:
     # Query labels in the bank's class ids by name (folder data sets number classes per split).
     match_eval_classes(getattr(bank_set, 'classes', None), query_set, 'the kNN queries (validation split)',
                        'kNN accuracy')
-    bad_k = [k for k in args.k if not 1 <= k <= len(bank_set)]
-    if bad_k or args.temperature <= 0:
-        raise SystemExit(f'--k must lie in [1, {len(bank_set)}] (the bank size) and --temperature be '
-                         f'positive; got k {bad_k or args.k}, T {args.temperature}')
+    for k in args.k:  # before any feature is computed, as training checks its kNN hook
+        check_knn(k, args.temperature, len(bank_set))
 
     device = resolve_device(args.device)
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)

@@ -19,7 +19,7 @@ from ifnd.engine.arguments import check_arguments
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.fileio import AtomicLocalBackend, check_weights, checkpoint_config, config_to_data
 from ifnd.models.encoder import load_checkpoint_file
-from ifnd.zoo.index import (HUB_REPO, INDEX_PATH, PLAIN_NAME_WORDS, check_index, plain_name,
+from ifnd.zoo.index import (HUB_REPO, INDEX_PATH, PLAIN_NAME_WORDS, check_index, metric_problem, plain_name,
                             read_index_file, source_problem)
 
 # What loading needs; the optimiser, schedulers and message hub are training state.
@@ -103,11 +103,12 @@ def check_values(args: argparse.Namespace) -> None:
                              'hf://ORG/REPO/FILE@COMMIT')
     for metric, value, _ in args.metric:
         try:
-            float(value)
+            problem = metric_problem(float(value))
         except ValueError:
-            raise SystemExit(f'error: --metric {metric} {value!r}: the value is not a number; give '
-                             'NAME VALUE COMMAND, e.g. --metric knn_top1 91.5 '
-                             '"python tools/knn_eval.py CKPT"') from None
+            problem = 'the value is not a number'
+        if problem:
+            raise SystemExit(f'error: --metric {metric} {value!r}: {problem}; give NAME VALUE COMMAND, e.g. '
+                             '--metric knn_top1 91.5 "python tools/knn_eval.py CKPT"')
     if args.push_to_hub is not None and not HUB_REPO.fullmatch(args.push_to_hub):
         raise SystemExit(f'error: --push-to-hub {args.push_to_hub!r} is not ORG/REPO (e.g. '
                          'my-lab/ifnd-models)')

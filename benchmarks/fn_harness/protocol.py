@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import os.path as osp
 import sys
@@ -358,8 +359,8 @@ def _check_ranges(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         value = getattr(args, name)
         if value is not None and not 0.0 < value <= 1.0:
             parser.error(f'--{name.replace("_", "-")} must be in (0, 1]')
-    if args.time_limit is not None and args.time_limit < 0:
-        parser.error('--time-limit must be >= 0 seconds (0: no limit)')
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit >= 0):
+        parser.error(f'--time-limit must be a finite number of seconds >= 0 (0: no limit), got {args.time_limit}')
     for name in ('batch_size', 'cluster_interval', 'knn_interval', 'nredo', 'jobs',
                  'neck_hidden'):
         value = getattr(args, name)

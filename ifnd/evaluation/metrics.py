@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ifnd.models.false_negatives.settings import check_knn
+
 __all__ = ['false_negative_rates', 'pair_precision_recall', 'detection_precision_recall',
            'cluster_quality', 'knn_classify', 'knn_accuracy']
 
@@ -150,7 +152,8 @@ def knn_classify(train_features: ArrayLike,
     """Weighted kNN prediction ``[T]`` for the test features (InstDisc / DINO protocol).
 
     Cosine similarity to the training features, the top ``k`` neighbours vote for their class
-    with weight ``exp(sim / temperature)``, and the class with the largest total wins. Test rows
+    with weight ``exp(sim / temperature)``, and the class with the largest total wins (``k`` and
+    ``temperature`` checked as the training hook's: ``check_knn``). Test rows
     are processed ``chunk_size`` at a time (memory O(chunk_size * N_train)).
     """
     train = _as_tensor(train_features)
@@ -162,11 +165,9 @@ def knn_classify(train_features: ArrayLike,
     if labels.shape != (train.shape[0], ):
         raise ValueError(f'train_labels must be [{train.shape[0]}], got {tuple(labels.shape)}')
     num_train = train.shape[0]
-    if k < 1 or k > num_train:
-        raise ValueError(f'k={k} neighbours requested but there are {num_train} training '
-                         f'samples; k must be in [1, {num_train}]')
-    if temperature <= 0 or chunk_size < 1 or num_classes < 1:
-        raise ValueError('temperature, chunk_size and num_classes must be positive')
+    k, temperature = check_knn(k, temperature, num_train)
+    if chunk_size < 1 or num_classes < 1:
+        raise ValueError('chunk_size and num_classes must be positive')
     device = train.device
     train_t = F.normalize(train.detach().float(), dim=1).t().contiguous()
     labels = labels.to(device=device, dtype=torch.long)
@@ -177,7 +178,9 @@ def knn_classify(train_features: ArrayLike,
         chunk = F.normalize(test[start:start + chunk_size].detach().to(device).float(), dim=1)
         sim, index = (chunk @ train_t).topk(k, dim=1)
         votes = torch.zeros(chunk.shape[0], num_classes, dtype=torch.float32, device=device)
-        votes.scatter_add_(1, labels[index], (sim / temperature).exp())
+        # Each row's weights relative to its nearest neighbour's: the same vote, never exp overflow
+        # (cos / T reaches 1000 at the smallest T).
+        votes.scatter_add_(1, labels[index], ((sim - sim[:, :1]) / temperature).exp())
         predictions[start:start + chunk_size] = votes.argmax(dim=1)
     return predictions
 

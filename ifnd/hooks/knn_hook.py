@@ -8,6 +8,7 @@ from mmengine.hooks import Hook
 from ifnd.engine.features import build_eval_dataset, extract_features
 from ifnd.evaluation.class_match import class_id_map
 from ifnd.evaluation.metrics import knn_accuracy
+from ifnd.models.false_negatives.settings import check_knn
 from ifnd.registry import HOOKS
 
 
@@ -44,8 +45,7 @@ class KNNEvalHook(Hook):
         self.train_dataset = train_dataset
         self.pipeline = pipeline
         self.interval = interval
-        self.k = k
-        self.temperature = temperature
+        self.k, self.temperature = check_knn(k, temperature)  # its range in the bank: at the first evaluation
         self.feature = feature
         self.batch_size = batch_size
         self.num_workers = num_workers

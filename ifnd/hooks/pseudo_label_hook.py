@@ -123,6 +123,12 @@ class PseudoLabelHook(Hook):
             raise TypeError(f'PseudoLabelHook needs an algorithm with pseudo labels (IFND, '
                             f"IFNDMoCo, PCL, or detector=dict(type='PseudoLabels')); "
                             f'{type(model).__name__} keeps none: remove the hook from custom_hooks')
+        agreement = getattr(model.detector, 'agreement', 1) if model.detector is not None else 1
+        if agreement > len(self.num_clusters):  # no pair could ever agree at that many levels
+            raise ValueError(f'PseudoLabels agreement={agreement} asks labels to agree at more levels than '
+                             f'PseudoLabelHook clusters at ({len(self.num_clusters)}: num_clusters='
+                             f'{self.num_clusters}), so nothing would be flagged: set agreement to at most '
+                             f'{len(self.num_clusters)}, or add levels')
         idle = idle_schedule('PseudoLabelHook', runner.max_epochs, self.scheme, self.final_rate,
                              self.step_epoch, self.interval)
         if idle:  # known only now (train_cfg.max_epochs)

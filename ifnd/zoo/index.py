@@ -1,4 +1,5 @@
 """The zoo's index, ``model_zoo/models.yaml``: read, every entry checked, models looked up."""
+import math
 import os
 import os.path as osp
 import re
@@ -45,6 +46,8 @@ def plain_name(value: object) -> bool:
 
 def source_problem(url: str) -> str | None:
     """What makes a download source unusable in an index entry, or None when it is usable."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        return f'{url!r} holds a control character (a newline, tab or NUL), which no URL has'
     if url.startswith('hf://'):
         match = HF_SOURCE.fullmatch(url)
         if not match or not plain_name(match['file']):
@@ -52,6 +55,18 @@ def source_problem(url: str) -> str | None:
                     '40-hex-digit commit')
     elif urllib.parse.urlsplit(url).scheme not in ('http', 'https', 'file'):
         return f'{url!r} is not an http(s)://, file:// or hf:// URL'
+    elif '@' in urllib.parse.urlsplit(url).netloc:
+        return (f'{urllib.parse.urlsplit(url).scheme}://...@{urllib.parse.urlsplit(url).hostname} carries '
+                'credentials (user:password@), which an index shared with others must not hold')
+    return None
+
+
+def metric_problem(value: object) -> str | None:
+    """What makes a metric's value unusable in an index entry (a percentage), or None when it is usable."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return f'{value!r} is not a number'
+    if not (math.isfinite(value) and 0 <= value <= 100):
+        return f'{value!r} is not a percentage (a finite number from 0 to 100)'
     return None
 
 
@@ -95,6 +110,14 @@ def check_entry(entry, path: str = 'the index') -> dict:
         problem = source_problem(url)
         if problem:
             raise entry_error(path, entry, 'urls', problem)
+    metrics = entry.get('metrics')
+    if metrics is not None and (not isinstance(metrics, list) or not all(
+            isinstance(m, dict) and isinstance(m.get('name'), str) for m in metrics)):
+        raise entry_error(path, entry, 'metrics', 'must be a list of mappings with a name and a value')
+    for metric in metrics or []:
+        problem = metric_problem(metric.get('value'))
+        if problem:
+            raise entry_error(path, entry, 'metrics', f'{metric["name"]}: {problem}')
     if urls and entry.get('size') is None and entry.get('max_size') is None:
         raise entry_error(path, entry, 'size', 'is missing: a download needs the byte count '
                           '(size) or, when it is not published, a bound (max_size)')

@@ -34,9 +34,10 @@ def check_acceptance(scheme: str, final_rate: float, step_epoch: int = 0,
     if not isinstance(scheme, str) or scheme not in schemes:
         raise ValueError(f'{owner} scheme must be one of {schemes}, got {scheme!r}')
     if scheme == 'confidence':
-        check_number(owner, 'threshold', threshold, low=0.0, high=1.0,
+        check_number(owner, 'threshold', threshold, low=0.0, high=1.0, high_open=True,
                      hint="how far from chance (1/k) to certainty κ must be for a label to be "
-                     'accepted')
+                     'accepted; 1 asks for certainty, which κ (a softmax) never reaches, so nothing '
+                     'would be')
     elif threshold is not None:
         raise ValueError(f"{owner} threshold={threshold!r} is the 'confidence' scheme's; with "
                          f'scheme={scheme!r} remove it')

@@ -27,7 +27,7 @@ class PseudoLabels(FalseNegativeDetector):
         """``agreement``: flag a pair at a level only where its labels agree at this many levels or
         more (1: every level on its own, the paper's; a precision knob)."""
         super().__init__()
-        self.agreement = check_number('PseudoLabels', 'agreement', agreement, int, low=1,
+        self.agreement = check_number('PseudoLabels', 'agreement', agreement, int, low=1, high=64,
                                       hint='the levels whose labels must agree for a flag')
         self._bank: tuple[PseudoLabelBank, ...] = ()  # the algorithm's; a tuple: not a child
 

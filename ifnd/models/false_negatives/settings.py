@@ -76,6 +76,14 @@ def check_temperature(owner: str, value: object) -> float:
                         hint='the logits are cos/τ; recipes use 0.05 to 1')
 
 
+def check_knn(k: object, temperature: object, bank_size: int | None = None) -> tuple[int, float]:
+    """A weighted kNN's ``k`` (an int in [1, the bank's size]) and temperature (as a loss's: see
+    :func:`check_temperature`), the same check for the training hook and the evaluation tools."""
+    hint = f'neighbours among the {bank_size} bank images' if bank_size is not None else 'neighbours'
+    return (check_number('kNN', 'k', k, int, low=1, high=bank_size, hint=hint),
+            check_temperature('kNN', temperature))
+
+
 def check_logit_scale(owner: str, temperature: float, beta: float) -> None:
     """Refuse a hardness β whose weighted logits (β + 1)·cos/τ leave float32's range."""
     scale = (beta + 1.0) / temperature
