@@ -438,6 +438,22 @@ def test_the_size_cap_names_memory(monkeypatch):
                      lines[-1]), lines
 
 
+def test_a_head_of_a_million_layers_is_refused_in_seconds(monkeypatch):
+    """Each layer is a module object, made even on the meta device: the count is refused, naming
+    the field, before anything is built (2**20 layers took minutes and 2.8 GB)."""
+    import time
+
+    from ifnd.models import architecture
+    lines = []
+    monkeypatch.setattr(architecture, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    model = dict(type='SimCLR', backbone=dict(type='TimmBackbone', model_name='resnet18'),
+                 neck=dict(type='MLPNeck', in_dim=512, hidden_dim=64, out_dim=32, num_layers=2 ** 20))
+    tic = time.perf_counter()
+    assert architecture.architecture_config(model, 'ckpt.pth') is None
+    assert time.perf_counter() - tic < 5
+    assert re.search(r'neck\.num_layers=1048576 is not a whole number from 1 to 64', lines[-1]), lines
+
+
 @pytest.fixture
 def margin_detector():
     """A detector registered for one test, with arguments no project class has."""

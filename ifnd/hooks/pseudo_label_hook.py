@@ -180,6 +180,11 @@ class PseudoLabelHook(Hook):
         pcl = model.uses_prototypes or self.confidence == 'pcl'
         stats: dict = {}
         result = None  # the round, on the processes that ran it
+        if self._previous is not None and any(len(a) != num for a in self._previous):
+            runner.logger.warning(f"the previous round's assignments hold {[len(a) for a in self._previous]} "
+                                  f'samples, not the {num} of this data set: set aside, this round accepts '
+                                  'nothing (as a first round)')
+            self._previous = None
         if sharded or is_main_process():
             result = clustering_round(
                 feats.to(device), self.num_clusters, rate=rate, evidence=evidence,
@@ -237,12 +242,17 @@ class PseudoLabelHook(Hook):
         previous = checkpoint.get('pseudo_label_previous')
         if self.scheme != 'stability' or previous is None:
             return
+        # Cluster ids of each level's k: damaged state (negative or huge ids, which would size the
+        # rounds' tables) is set aside, never used; the sizes are checked against the data at the round.
         fits = isinstance(previous, list) and len(previous) == len(self.num_clusters) and all(
-            isinstance(a, torch.Tensor) and a.ndim == 1 and a.dtype == torch.long for a in previous)
+            isinstance(a, torch.Tensor) and a.ndim == 1 and a.dtype == torch.long
+            and (a.numel() == 0 or (int(a.min()) >= 0 and int(a.max()) < k))
+            for a, k in zip(previous, self.num_clusters))
         if not fits:
             runner.logger.warning("the checkpoint's previous-round assignments do not fit this "
-                                  f"run's {len(self.num_clusters)} levels: the next round accepts "
-                                  'nothing')
+                                  f"run's {len(self.num_clusters)} levels (cluster ids in [0, k) for "
+                                  f'num_clusters={self.num_clusters}): set aside, the next round '
+                                  'accepts nothing (as a first round)')
             return
         self._previous = previous
 

@@ -48,6 +48,17 @@ def _size(value: Any) -> int:
     return value
 
 
+# A projection head's layers: each is a module object, made even on the meta device (2**20 of them
+# took minutes and gigabytes before a size check could refuse them); heads in use have 2 or 3.
+MAX_LAYERS = 64
+
+
+def _layers(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LAYERS:
+        raise _Refused(f'is not a whole number from 1 to {MAX_LAYERS} (layers of a head)')
+    return value
+
+
 def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
         raise _Refused(f'is not a whole number from 0 to {MAX_SIZE}')
@@ -114,7 +125,7 @@ BACKBONE_KEYS = dict(type=_registered('TimmBackbone'), model_name=_timm_name, ci
                      channels_last=_flag, channels=_sizes, stem_width=_size, stem_type=_name,
                      in_chans=_size)
 NECK_KEYS = dict(type=_registered('MLPNeck'), in_dim=_size, hidden_dim=_size, out_dim=_size,
-                 num_layers=_size, with_bn=_flag, with_last_bn=_flag)
+                 num_layers=_layers, with_bn=_flag, with_last_bn=_flag)
 PREPROCESSOR_KEYS = dict(type=_registered('ContrastiveDataPreprocessor'), mean=_reals, std=_reals)
 # The false-negative parts hold no weights but may hold per-sample state (GloFND's thresholds),
 # which a checkpoint's weights carry: kept so those weights load.
