@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from ifnd.clustering import (BACKEND_TABLE, check_round_options, clustering_round, round_seed,
                              sharding_backend)
 from ifnd.dist import shard_index
+from ifnd.models.false_negatives.settings import check_temperature
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
 from common import HelpFormatter, describe_device, report_results, resolve_device, synchronize  # noqa: E402
@@ -103,6 +104,10 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error('--num-samples, --dim, --niter, --nredo and --repeats must be >= 1')
     if not 0.0 <= args.rate <= 1.0:
         parser.error('--rate must be in [0, 1]')
+    try:  # the loss's own check and message: κ divides by the same τ
+        check_temperature('--temperature: the confidence κ', args.temperature)
+    except ValueError as err:
+        parser.error(str(err))
     if args.world_size < 1:
         parser.error('--world-size must be >= 1')
     sharding = sharding_backend()

@@ -10,6 +10,8 @@ from typing import Sequence
 
 from common import HelpFormatter
 
+from ifnd.models.false_negatives.settings import check_temperature
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 # Configs sharing one recipe per data set: instance baseline, IFND, the two oracles and the other
@@ -368,8 +370,11 @@ def _check_ranges(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             parser.error(f'--{name.replace("_", "-")} must be >= 1')
     if args.linear_epochs is not None and args.linear_epochs < 0:
         parser.error('--linear-epochs must be >= 0')
-    if args.temperature is not None and args.temperature <= 0:
-        parser.error('--temperature must be > 0')
+    if args.temperature is not None:
+        try:  # the loss's own check and message
+            check_temperature('--temperature: the loss', args.temperature)
+        except ValueError as err:
+            parser.error(str(err))
     if args.num_clusters is not None and (not args.num_clusters or min(args.num_clusters) < 2):
         parser.error('--num-clusters needs k >= 2 per level, e.g. 10,30,100')
     if len(set(args.seeds)) != len(args.seeds):
