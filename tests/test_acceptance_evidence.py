@@ -218,13 +218,13 @@ def test_stability_resumes_exactly_with_the_previous_rounds_assignments(tmp_path
     # Damaged state in a checkpoint (ids out of [0, k), or assignments of another data set's size) is
     # set aside with a warning: the round accepts nothing, the run ends with a checkpoint that resumes.
     good = torch.load(tmp_path / 'whole' / 'epoch_2.pth', map_location='cpu', weights_only=False)
-    for name, damage in (('huge', lambda a: a + 2 ** 40), ('negative', lambda a: a - 100),
-                         ('short', lambda a: a[:7])):
-        damaged = tmp_path / name
+    for name, damage in (('huge and negative ids', [lambda a: a + 2 ** 40, lambda a: a - 100]),
+                         ('another size', [lambda a: a[:7]] * 2)):
+        damaged = tmp_path / name.replace(' ', '_')
         shutil.copytree(tmp_path / 'whole', damaged)
         os.remove(damaged / 'epoch_3.pth')
-        torch.save(dict(good, pseudo_label_previous=[damage(a) for a in good['pseudo_label_previous']]),
-                   damaged / 'epoch_2.pth')
+        previous = [hurt(a) for hurt, a in zip(damage, good['pseudo_label_previous'])]
+        torch.save(dict(good, pseudo_label_previous=previous), damaged / 'epoch_2.pth')
         _train(config, damaged, '--resume', str(damaged / 'epoch_2.pth'))
         log = ''.join(p.read_text() for p in damaged.glob('*/*.log'))
         assert 'set aside' in log and 'accepts nothing' in log, name
