@@ -18,14 +18,18 @@ def check_compile(setting: CompileSetting, owner: str = 'compile') -> None:
 def compile_options(setting: CompileSetting, device: torch.device | str) -> dict | None:
     """The ``torch.compile`` options of ``setting`` on ``device``, or None to run eagerly.
 
-    ``'auto'`` compiles on CUDA only: on a CPU inductor's compile time is rarely won back.
+    ``'auto'`` compiles on CUDA only: on a CPU inductor's compile time is rarely won back. Shapes
+    are static unless the dict says otherwise: training batches have one size (drop_last) and
+    feature extraction pads its last batch, so each mode compiles once, to fixed-size kernels
+    (under automatic dynamic shapes, a training step after an extraction at another batch size
+    would compile a dynamic-batch graph).
     """
     check_compile(setting)
     if setting == 'auto':
         setting = torch.device(device).type == 'cuda'
-    if setting is True:
-        return {}
-    return None if setting is False else dict(setting)
+    if setting is False:
+        return None
+    return {'dynamic': False, **({} if setting is True else setting)}
 
 
 def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:

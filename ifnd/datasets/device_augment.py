@@ -339,9 +339,10 @@ def _normalised(views: list[torch.Tensor], mean: torch.Tensor | None, std: torch
 class DeviceViews(nn.Module):
     """All views of a batch (one :class:`DeviceView` per view of the pipeline), made on the images' device.
 
-    ``compile``: ``torch.compile`` options for the views (None: eager). Same-size batches are compiled
-    whole, from the uint8 images to the normalised views; images of different sizes are padded and
-    cropped eagerly (their shapes vary), and their colour steps and normalisation compiled.
+    ``compile``: ``torch.compile`` options for the views (None: eager; see ``compile_options``).
+    Same-size batches are compiled whole, from the uint8 images to the normalised views; images of
+    different sizes are padded and cropped eagerly (their shapes vary), and their colour steps and
+    normalisation compiled.
     """
 
     def __init__(self, pipeline: PipelineCfg, compile: dict | None = None) -> None:
@@ -355,7 +356,7 @@ class DeviceViews(nn.Module):
         self.compile_options = compile
         self._same_size, self._coloured = self._same_size_views, self._coloured_views
         if compile is not None:
-            options = {'fullgraph': True, 'dynamic': False, **compile}
+            options = {'fullgraph': True, **compile}
             self._same_size = torch.compile(self._same_size_views, **options)
             self._coloured = torch.compile(self._coloured_views, **options)
 
@@ -424,4 +425,3 @@ class DeviceAugmentCache:
             options = compile_options(self.compile, device)
             views = self._built[key] = DeviceViews(copy.deepcopy(pipeline), options).to(device)
         return views
-

@@ -48,15 +48,24 @@ def _size(value: Any) -> int:
     return value
 
 
+class Bound(typing.NamedTuple):
+    """The range of a whole number a checkpoint's config may give: ``Annotated[int, Bound(1, 64)]``."""
+    low: int
+    high: int
+
+
+def _bounded(bound: Bound) -> Callable:
+    def bounded(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not bound.low <= value <= min(bound.high, MAX_SIZE):
+            raise _Refused(f'is not a whole number from {bound.low} to {min(bound.high, MAX_SIZE)}')
+        return value
+    return bounded
+
+
 # A projection head's layers: each is a module object, made even on the meta device (2**20 of them
 # took minutes and gigabytes before a size check could refuse them); heads in use have 2 or 3.
 MAX_LAYERS = 64
-
-
-def _layers(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LAYERS:
-        raise _Refused(f'is not a whole number from 1 to {MAX_LAYERS} (layers of a head)')
-    return value
 
 
 def _count(value: Any) -> int:
@@ -125,7 +134,7 @@ BACKBONE_KEYS = dict(type=_registered('TimmBackbone'), model_name=_timm_name, ci
                      channels_last=_flag, channels=_sizes, stem_width=_size, stem_type=_name,
                      in_chans=_size)
 NECK_KEYS = dict(type=_registered('MLPNeck'), in_dim=_size, hidden_dim=_size, out_dim=_size,
-                 num_layers=_layers, with_bn=_flag, with_last_bn=_flag)
+                 num_layers=_bounded(Bound(1, MAX_LAYERS)), with_bn=_flag, with_last_bn=_flag)
 PREPROCESSOR_KEYS = dict(type=_registered('ContrastiveDataPreprocessor'), mean=_reals, std=_reals)
 # The false-negative parts hold no weights but may hold per-sample state (GloFND's thresholds),
 # which a checkpoint's weights carry: kept so those weights load.
@@ -154,21 +163,6 @@ NEVER_TAKEN = re.compile(r'path|file|dir|url|download|compile|pretrained|checkpo
 # settings decide them (a decoder one machine lacks would make the config unusable on it).
 RUNTIME_KEYS = frozenset({'non_blocking', 'decoder'})
 _KINDS: dict[Any, Callable] = {bool: _flag, int: _count, float: _real, str: _name}
-
-
-class Bound(typing.NamedTuple):
-    """The range of a whole number a checkpoint's config may give: ``Annotated[int, Bound(1, 64)]``."""
-    low: int
-    high: int
-
-
-def _bounded(bound: Bound) -> Callable:
-    def bounded(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or not bound.low <= value <= min(bound.high, MAX_SIZE):
-            raise _Refused(f'is not a whole number from {bound.low} to {min(bound.high, MAX_SIZE)}')
-        return value
-    return bounded
 
 
 def _one_of(names: tuple) -> Callable:

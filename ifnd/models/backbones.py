@@ -6,7 +6,7 @@ import torch
 from mmengine.model import BaseModule
 from torch import nn
 
-from ifnd.device import check_compile
+from ifnd.device import check_compile, compile_options
 from ifnd.registry import MODELS
 
 
@@ -49,17 +49,8 @@ class TimmBackbone(BaseModule):
         check_compile(compile, 'model.backbone.compile')
         # The setting itself, which the algorithms' projection head and loss follow.
         self.compile_setting = compile
-        self._compile_on_cuda_only = compile == 'auto'
-        if self._compile_on_cuda_only:
-            compile = torch.cuda.is_available()
-        if compile is True:
-            compile = {}
-        # Static shapes unless the dict says otherwise: training batches have one size (drop_last)
-        # and feature extraction pads its last batch, so each mode compiles once, to fixed-size
-        # kernels. Under the default automatic dynamic shapes, the first training step after an
-        # extraction at another batch size would compile a dynamic-batch training graph (train
-        # and eval share the network's compiled code).
-        self.compile_cfg = None if compile is False else {'dynamic': False, **compile}
+        # The options where it compiles on this machine (None: never), static shapes by default.
+        self.compile_cfg = compile_options(compile, 'cuda' if torch.cuda.is_available() else 'cpu')
         self._compiled = False
 
     def _check_stage_count(self, model_name: str, timm_kwargs: dict) -> None:
@@ -98,7 +89,7 @@ class TimmBackbone(BaseModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled features of a batch of images."""
         if (self.compile_cfg is not None and not self._compiled
-                and (x.is_cuda or not self._compile_on_cuda_only)):
+                and compile_options(self.compile_setting, x.device) is not None):
             # Module.compile (in place) rather than torch.compile(module): no '_orig_mod.' keys.
             self.model.compile(**self.compile_cfg)
             self._compiled = True

@@ -92,7 +92,7 @@ class ContrastiveAlgorithm(BaseModel):
         if key not in cache:
             options = self._compile_options(device)
             fn = getattr(self, method)
-            cache[key] = fn if options is None else torch.compile(fn, **{'dynamic': False, **options})
+            cache[key] = fn if options is None else torch.compile(fn, **options)
         return cache[key]
 
     def compiles(self, device: torch.device) -> bool:

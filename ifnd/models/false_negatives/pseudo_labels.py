@@ -17,17 +17,22 @@ from .label_bank import PseudoLabelBank
 from .settings import check_number
 
 
+# The levels a pair's labels may be asked to agree at: the build and a checkpoint's config take one range.
+AGREEMENT = Bound(1, 64)
+
+
 @MODELS.register_module()
 class PseudoLabels(FalseNegativeDetector):
     """Flags the candidates whose pseudo label equals the anchor's, per clustering level."""
 
     needs = DetectorNeeds(label_bank=True, sample_index=True)
 
-    def __init__(self, agreement: Annotated[int, Bound(1, 64)] = 1) -> None:
+    def __init__(self, agreement: Annotated[int, AGREEMENT] = 1) -> None:
         """``agreement``: flag a pair at a level only where its labels agree at this many levels or
         more (1: every level on its own, the paper's; a precision knob)."""
         super().__init__()
-        self.agreement = check_number('PseudoLabels', 'agreement', agreement, int, low=1, high=64,
+        self.agreement = check_number('PseudoLabels', 'agreement', agreement, int, low=AGREEMENT.low,
+                                      high=AGREEMENT.high,
                                       hint='the levels whose labels must agree for a flag')
         self._bank: tuple[PseudoLabelBank, ...] = ()  # the algorithm's; a tuple: not a child
 
