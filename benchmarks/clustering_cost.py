@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from ifnd.clustering import (BACKEND_TABLE, check_round_options, clustering_round, round_seed,
                              sharding_backend)
 from ifnd.dist import shard_index
-from ifnd.models.false_negatives.settings import check_temperature
+from ifnd.settings import check_temperature
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
 from common import HelpFormatter, describe_device, report_results, resolve_device, synchronize  # noqa: E402

@@ -459,7 +459,7 @@ def margin_detector():
     """A detector registered for one test, with arguments no project class has."""
     from typing import Annotated
 
-    from ifnd.models.architecture import Bound
+    from ifnd.settings import Bound
     from ifnd.models.false_negatives import GloFND
 
     class MarginGloFND(GloFND):

@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / 'ifnd'
 # Lowest first. A package may import its own modules and those of the floors below it; packages
 # sharing a floor do not import each other.
 FLOORS = (
-    ('registry',),         # mmengine's child registries: names only
+    ('registry', 'settings'),  # mmengine's child registries: names only; the numeric settings'
+                               # checks and bounds
     ('fileio', 'dist', 'launch', 'device'),  # atomic writes, the safe checkpoint reader, configs as
                                    # data, JSON; collectives; starting and ending the processes of a
                                    # run; compile settings, copies to the device

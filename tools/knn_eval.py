@@ -16,7 +16,7 @@ from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_argumen
                                    resolve_device)
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.evaluation import knn_accuracy
-from ifnd.models.false_negatives.settings import check_knn
+from ifnd.settings import check_knn
 from ifnd.evaluation.class_match import match_eval_classes
 from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder

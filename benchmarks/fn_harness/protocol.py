@@ -10,7 +10,7 @@ from typing import Sequence
 
 from common import HelpFormatter
 
-from ifnd.models.false_negatives.settings import check_temperature
+from ifnd.settings import check_temperature
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 

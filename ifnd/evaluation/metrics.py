@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ifnd.models.false_negatives.settings import check_knn
+from ifnd.settings import check_knn
 
 __all__ = ['false_negative_rates', 'pair_precision_recall', 'detection_precision_recall',
            'cluster_quality', 'knn_classify', 'knn_accuracy']

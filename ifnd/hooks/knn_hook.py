@@ -8,7 +8,7 @@ from mmengine.hooks import Hook
 from ifnd.engine.features import build_eval_dataset, extract_features
 from ifnd.evaluation.class_match import class_id_map
 from ifnd.evaluation.metrics import knn_accuracy
-from ifnd.models.false_negatives.settings import check_knn
+from ifnd.settings import check_knn
 from ifnd.registry import HOOKS
 
 

@@ -17,7 +17,7 @@ from ifnd.evaluation.metrics import cluster_quality, false_negative_rates, pair_
 from ifnd.fileio import AtomicLocalBackend, write_json
 from ifnd.fileio.json_files import read_json
 from ifnd.models.false_negatives.acceptance import check_acceptance
-from ifnd.models.false_negatives.settings import check_number, check_optional, check_seed
+from ifnd.settings import check_number, check_optional, check_seed
 from ifnd.registry import HOOKS
 
 

@@ -27,6 +27,7 @@ from mmengine.logging import print_log
 
 from ifnd.fileio import checkpoint_config, config_data
 from ifnd.registry import MODELS, parameter_types
+from ifnd.settings import Bound
 from ifnd.models.former_names import translate_former_names
 
 # Largest width, length or count a checkpoint may ask for: far above any real architecture
@@ -46,12 +47,6 @@ def _size(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
         raise _Refused(f'is not a whole number from 1 to {MAX_SIZE}')
     return value
-
-
-class Bound(typing.NamedTuple):
-    """The range of a whole number a checkpoint's config may give: ``Annotated[int, Bound(1, 64)]``."""
-    low: int
-    high: int
 
 
 def _bounded(bound: Bound) -> Callable:

@@ -19,7 +19,7 @@ from ifnd.device import compile_options
 from ifnd.dist import gather_no_grad, gather_with_grad
 from ifnd.models.false_negatives import (DetectorNeeds, NegativeBatch, PseudoLabelBank,
                                          build_weighting, check_parts, flagged_loss)
-from ifnd.models.false_negatives.settings import check_logit_scale, check_temperature
+from ifnd.settings import check_logit_scale, check_temperature
 from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
 from ifnd.models.losses import candidate_logits, check_candidates, false_negative_detection_counts
 from ifnd.registry import MODELS

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # ifnd.models.false_negatives imports this module; its settings checks import nothing of ifnd.
-from ifnd.models.false_negatives.settings import check_number, check_optional, check_temperature
+from ifnd.settings import check_number, check_optional, check_temperature
 
 __all__ = [
     'TREATMENTS',

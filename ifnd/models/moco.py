@@ -13,7 +13,7 @@ from torch import nn
 from ifnd.dist import gather_no_grad
 from ifnd.models.contrastive import ContrastiveAlgorithm
 from ifnd.models.false_negatives import NegativeBatch, flagged_loss
-from ifnd.models.false_negatives.settings import check_number
+from ifnd.settings import check_number
 from ifnd.models.losses import queue_debiased_loss, queue_logits
 from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS

@@ -18,7 +18,7 @@ weighting=dict(type='hard', tau_plus=0.1, beta=1.0))``.
 import torch
 
 from ifnd.models.contrastive import SimCLR
-from ifnd.models.false_negatives.settings import check_number
+from ifnd.settings import check_number
 from ifnd.models.losses import check_debiasing, check_fnc_options, proto_nce_loss
 from ifnd.models.moco import MoCoV2
 from ifnd.registry import MODELS

@@ -8,8 +8,8 @@
   rate of each scheme is ``ifnd/clustering/acceptance.py``'s).
 - ``treatment.py``: elimination and attraction of flagged negatives; debiased and hard weighting
   of the rest.
-- ``settings.py``: the checks of the parts' numeric settings (and the loss temperature), one line
-  naming the part, the key, the value and what it takes.
+
+The checks of the parts' numeric settings live on the ground floor, ``ifnd/settings.py``.
 """
 from .acceptance import ACCEPTANCE_SCHEMES, AcceptanceSchedule, acceptance_rate
 from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch

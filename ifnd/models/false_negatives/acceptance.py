@@ -15,7 +15,7 @@ import torch
 from ifnd.clustering.acceptance import (ACCEPTANCE_SCHEMES, CALENDAR_SCHEMES, EVIDENCE_SCHEMES,
                                         acceptance_rate, idle_schedule)
 
-from .settings import check_number, check_seed
+from ifnd.settings import check_number, check_seed
 
 # An acceptance=dict(...)'s keys and their types (also read by the config checks of tools/train.py).
 ACCEPTANCE_OPTIONS = {'scheme': str, 'final_rate': float, 'step_epoch': int, 'interval': int,

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .acceptance import ACCEPTANCE_OPTIONS, AcceptanceSchedule
-from .settings import check_options
+from ifnd.settings import check_options
 
 
 @dataclass

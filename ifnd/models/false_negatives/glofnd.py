@@ -20,7 +20,7 @@ from ifnd.registry import MODELS
 
 from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .sample_state import PerSampleState
-from .settings import check_number
+from ifnd.settings import check_number
 
 
 @MODELS.register_module()

@@ -9,12 +9,12 @@ from typing import Annotated
 
 import torch
 
-from ifnd.models.architecture import Bound
+from ifnd.settings import Bound
 from ifnd.registry import MODELS
 
 from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .label_bank import PseudoLabelBank
-from .settings import check_number
+from ifnd.settings import check_number
 
 
 # The levels a pair's labels may be asked to agree at: the build and a checkpoint's config take one range.

@@ -13,7 +13,7 @@ from ifnd.models.losses import check_fnc_selection, fnc_false_negatives
 from ifnd.registry import MODELS
 
 from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
-from .settings import check_number
+from ifnd.settings import check_number
 
 
 @MODELS.register_module()

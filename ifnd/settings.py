@@ -1,11 +1,12 @@
-"""The parts' numeric settings, checked where a part is built: one line names the part, the key,
-the value and what the key takes.
+"""Numeric settings, checked where a part, hook or tool is built: one line names the owner, the
+key, the value and what the key takes. It imports nothing of the package: every floor uses it.
 
 Bools are not numbers here (``beta=True`` is a slip, not 1.0), and a float must be finite in
 float32, the precision the losses and the per-sample state compute in (1e300 would be inf there).
 """
 import math
 import numbers
+import typing
 
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max
 SEED_LIMIT = 2 ** 32  # numpy's seeds are in [0, 2**32); run seeds and the parts' seeds alike
@@ -15,6 +16,13 @@ SEED_LIMIT = 2 ** 32  # numpy's seeds are in [0, 2**32); run seeds and the parts
 # e^-87, float32's smallest normal number, so the loss is an arg-max hinge 1/τ times its usual
 # size, and near τ = 1e-20 the gradients overflow float32 (the loss is NaN at the second step).
 MIN_TEMPERATURE = 1e-3
+
+
+class Bound(typing.NamedTuple):
+    """The range of a whole number a setting (and a checkpoint's config) may give:
+    ``Annotated[int, Bound(1, 64)]``."""
+    low: int
+    high: int
 
 
 def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
