@@ -31,8 +31,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ifnd.clustering import (BACKEND_TABLE, check_round_options, clustering_round, round_seed,
-                             sharding_backend)
+from ifnd.clustering import (BACKEND_TABLE, ConstantAcceptance, check_round_options,
+                             clustering_round, round_seed, sharding_backend)
 from ifnd.dist import shard_index
 from ifnd.settings import check_temperature
 
@@ -160,8 +160,10 @@ def timed_round(feats: torch.Tensor, ks: Sequence[int], backend: str, args: argp
     ``num``: the features are this process's shard of ``num`` (sharded round, torch backend).
     """
     synchronize(feats.device)  # earlier work on the device is not this round's
-    result = clustering_round(feats, ks, rate=args.rate, temperature=args.temperature, seed=seed,
-                              kmeans=kmeans_settings(args, backend), num_samples=num)
+    acceptance = ConstantAcceptance(final_rate=args.rate)
+    acceptance.set_epoch(0, 1)
+    result = clustering_round(feats, ks, acceptance=acceptance, temperature=args.temperature,
+                              seed=seed, kmeans=kmeans_settings(args, backend), num_samples=num)
     kmeans_s, confidence_s = result.stats['seconds_kmeans'], result.stats['seconds_confidence']
     return {'kmeans_s': kmeans_s, 'confidence_s': confidence_s,
             'total_s': kmeans_s + confidence_s, 'accepted': int((result.labels >= 0).sum()),

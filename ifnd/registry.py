@@ -26,7 +26,6 @@ from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import VISBACKENDS as MMENGINE_VISBACKENDS
 from mmengine.registry import VISUALIZERS as MMENGINE_VISUALIZERS
 from mmengine.registry import Registry
-from timm.optim import Lars
 
 RUNNERS = Registry('runner', parent=MMENGINE_RUNNERS, locations=['ifnd.engine'])
 LOOPS = Registry('loop', parent=MMENGINE_LOOPS, locations=['ifnd.engine'])
@@ -47,10 +46,9 @@ EVALUATOR = Registry('evaluator', parent=MMENGINE_EVALUATOR, locations=['ifnd.ev
 VISUALIZERS = Registry('visualizer', parent=MMENGINE_VISUALIZERS, locations=['ifnd.engine'])
 VISBACKENDS = Registry('vis_backend', parent=MMENGINE_VISBACKENDS, locations=['ifnd.engine'])
 LOG_PROCESSORS = Registry('log_processor', parent=MMENGINE_LOG_PROCESSORS, locations=['ifnd.engine'])
+# Which samples' labels count (ifnd/clustering/acceptance.py): the hook's and the detectors' part.
+ACCEPTANCES = Registry('acceptance', scope='ifnd', locations=['ifnd.clustering'])
 
-# LARS for large-batch SimCLR/IFND: timm's maintained implementation. Parameters with
-# weight_decay 0 (BN and biases through paramwise_cfg) skip the trust-ratio adaptation, as in SimCLR.
-OPTIMIZERS.register_module(name='LARS', module=Lars)
 
 
 def parameter_types(cls: Any) -> dict[str, Any]:

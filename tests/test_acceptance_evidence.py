@@ -1,4 +1,4 @@
-"""Acceptance by evidence (confidence threshold, stability across rounds, agreement across levels)
+"""Acceptance by evidence (κ far enough towards certainty, stability across rounds, agreement across levels)
 against brute-force references, the pair precision / recall of the flags, and short real runs."""
 import json
 import os
@@ -12,11 +12,13 @@ import pytest
 import torch
 from helpers import digits_config
 
-from ifnd.clustering import accept_confident, accept_level, accept_stable, match_clusters
+from ifnd.clustering import (ConfidentAcceptance, StableAcceptance, build_acceptance,
+                             match_clusters)
 from ifnd.evaluation.metrics import pair_precision_recall
 from ifnd.models.false_negatives import NegativeBatch, PseudoLabelBank, PseudoLabels
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+STATE = 'pseudo_label_acceptance'  # where a checkpoint keeps the acceptance's state
 
 
 def _random_round(seed: int, num: int = 200, k: int = 7):
@@ -27,15 +29,25 @@ def _random_round(seed: int, num: int = 200, k: int = 7):
     return assigned, kappa, previous
 
 
+def _stable(previous=None) -> StableAcceptance:
+    acceptance = StableAcceptance()
+    if previous is not None:
+        acceptance.end_round([previous])
+    return acceptance
+
+
 @pytest.mark.parametrize('seed', range(5))
-@pytest.mark.parametrize('threshold', [0.0, 0.3, 0.77, 1.0])
-def test_confidence_threshold_matches_a_loop(seed, threshold):
-    assigned, kappa, _ = _random_round(seed)
+@pytest.mark.parametrize('share', [0.0, 0.3, 0.77, 0.999])
+@pytest.mark.parametrize('k', [2, 7, 100])
+def test_confident_acceptance_matches_a_loop(seed, share, k):
+    """κ at least ``share`` of the way from chance (1/k) to certainty, at a level of k clusters."""
+    assigned, kappa, _ = _random_round(seed, k=k)
     kappa[::17] = float('nan')  # never accepted
-    labels, smallest = accept_confident(assigned, kappa, threshold)
+    labels, smallest = ConfidentAcceptance(certainty_share=share).accept(0, assigned, kappa, k)
+    bound = 1 / k + share * (1 - 1 / k)
     want, kept = [], []
     for i, (a, q) in enumerate(zip(assigned.tolist(), kappa.double().tolist())):
-        ok = q == q and q >= threshold
+        ok = q == q and q >= bound
         want.append(a if ok else -(i + 1))
         if ok:
             kept.append(q)
@@ -53,32 +65,33 @@ def test_clusters_match_across_rounds_by_their_largest_overlap(seed):
                     for q in range(int(previous.max()) + 1)]
         best = max(overlaps)
         assert match[c] == (-1 if best == 0 else overlaps.index(best))  # ties: the lower id
-    labels, share = accept_stable(assigned, previous)
+    labels, _ = _stable(previous).accept(0, assigned, torch.zeros(len(assigned)), 7)
     want = [a if match[a] == p else -(i + 1)
             for i, (a, p) in enumerate(zip(assigned.tolist(), previous.tolist()))]
     assert labels.tolist() == want
-    assert share == pytest.approx(sum(v >= 0 for v in want) / len(want))
 
 
 def test_stability_accepts_relabelled_clusters_and_nothing_without_a_previous_round():
     """Cluster ids are arbitrary per round: a permuted clustering is wholly stable."""
     previous = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
-    assert accept_stable(torch.tensor([2, 2, 2, 0, 0, 1, 1, 1]), previous)[0].ge(0).all()
+    scores = torch.zeros(8)
+    assert _stable(previous).accept(0, torch.tensor([2, 2, 2, 0, 0, 1, 1, 1]), scores, 3)[0].ge(0).all()
     moved = torch.tensor([2, 2, 0, 0, 0, 1, 1, 1])  # sample 2 changed cluster
-    assert accept_stable(moved, previous)[0].lt(0).tolist() == [False, False, True] + [False] * 5
-    labels, share = accept_stable(previous, None)
-    assert labels.tolist() == [-(i + 1) for i in range(8)] and share == 0.0
+    assert _stable(previous).accept(0, moved, scores, 3)[0].lt(0).tolist() == [False, False, True] + [False] * 5
+    labels, smallest = _stable().accept(0, previous, scores, 3)
+    assert labels.tolist() == [-(i + 1) for i in range(8)] and smallest == float('inf')
 
 
-def test_a_level_is_accepted_by_the_scheme_it_names():
-    assigned, kappa, previous = _random_round(9)
-    # The threshold is the share of the way from chance (1/k) to certainty: 0.5 at k = 7 is 4/7.
-    assert torch.equal(accept_level(assigned, kappa, 1.0, 'confidence', 0.5, k=7)[0],
-                       accept_confident(assigned, kappa, 1 / 7 + 0.5 * 6 / 7)[0])
-    assert torch.equal(accept_level(assigned, kappa, 0.0, 'stability', None, previous)[0],
-                       accept_stable(assigned, previous)[0])
-    with pytest.raises(ValueError, match="evidence must be None or one of"):
-        accept_level(assigned, kappa, 0.5, 'calendar')
+def test_stable_acceptance_remembers_the_round_it_ends_and_forgets_on_reset():
+    acceptance = StableAcceptance()
+    first = torch.tensor([0, 0, 1, 1])
+    acceptance.end_round([first, first])
+    assert acceptance.accept(1, first, torch.zeros(4), 2)[0].tolist() == [0, 0, 1, 1]
+    assert torch.equal(acceptance.state_dict()['previous'][1], first)
+    assert acceptance.check_samples(5) and acceptance.state_dict() == {}  # another size: set aside
+    acceptance.end_round([first])
+    acceptance.reset()
+    assert acceptance.state_dict() == {}
 
 
 @pytest.mark.parametrize('agreement', [1, 2, 3])
@@ -110,9 +123,8 @@ def test_agreement_is_checked(tmp_path):
         with pytest.raises(ValueError, match=r'PseudoLabels agreement must be an int in \[1, 64\]'):
             PseudoLabels(agreement=value)
     from helpers import train_error
-    config = _config(tmp_path, 'agreement', dict(type='SimCLR', temperature=0.5, treatment='elim',
-                                                 detector=dict(type='PseudoLabels', agreement=3)),
-                     dict(scheme='constant'))
+    config = _config(tmp_path, 'agreement', dict(type='IFND', temperature=0.5, agreement=3),
+                     dict(acceptance=dict(type='ConstantAcceptance')))
     message = train_error(config, '--work-dir', str(tmp_path / 'run'))
     assert message.startswith('error: PseudoLabels agreement=3 asks labels to agree at more levels than '
                               'PseudoLabelHook clusters at (2: num_clusters=[10, 20])'), message
@@ -136,23 +148,45 @@ def test_pair_precision_and_recall_match_the_pairs_counted_one_by_one(seed):
     assert np.isnan(pair_precision_recall(-(np.arange(5) + 1), np.zeros(5))[0])
 
 
+CONFIDENT = 'PseudoLabelHook acceptance ConfidentAcceptance'
+
+
 @pytest.mark.parametrize('settings, match', [
-    (dict(scheme='confidence'), 'threshold must be a float in'),
-    (dict(scheme='confidence', threshold=1.5), r'threshold must be a float in \[0, 1\)'),
-    (dict(scheme='confidence', threshold=1.0), r'threshold must be a float in \[0, 1\), got 1\.0.*never reaches'),
-    (dict(scheme='linear', threshold=0.5), "threshold=0.5 is the 'confidence' scheme's"),
-    (dict(scheme='confidence', threshold=0.5, confidence='pcl'), "thresholds κ"),
+    (dict(acceptance=dict(type='ConfidentAcceptance', certainty_share=None)),
+     f'{CONFIDENT} certainty_share must be a float in'),
+    (dict(acceptance=dict(type='ConfidentAcceptance', certainty_share=1.5)),
+     rf'{CONFIDENT} certainty_share must be a float in \[0, 1\)'),
+    (dict(acceptance=dict(type='ConfidentAcceptance', certainty_share=1.0)),
+     r'certainty_share must be a float in \[0, 1\), got 1\.0.*never reaches'),
+    (dict(acceptance=dict(type='LinearAcceptance', certainty_share=0.5)),
+     'LinearAcceptance takes final_rate, interval, seed, not certainty_share'),
+    (dict(acceptance=dict(type='ConfidentAcceptance'), score='pcl'), "reads the score kappa"),
+    (dict(acceptance=dict(type='LinearAcceptance', seed=3)), "seed=3 orders the samples of a detector"),
+    (dict(acceptance=dict(type='CosineAcceptance')), 'type must be one of ConstantAcceptance'),
+    (dict(acceptance=dict(final_rate=0.5)), r'must be a dict\(type=\.\.\., \.\.\.\)'),
 ])
-def test_the_hook_refuses_evidence_settings_that_cannot_work(settings, match):
+def test_the_hook_refuses_acceptance_settings_that_cannot_work(settings, match):
     from ifnd.hooks import PseudoLabelHook
     with pytest.raises((TypeError, ValueError), match=match):
         PseudoLabelHook(num_clusters=[10], **settings)
 
 
-def test_a_detector_schedule_refuses_the_evidence_schemes():
+def test_a_detector_acceptance_refuses_the_evidence_schemes():
     from ifnd.models.false_negatives import GroundTruth
-    with pytest.raises(ValueError, match="accepts by a clustering round's evidence"):
-        GroundTruth(acceptance=dict(scheme='stability'))
+    with pytest.raises(ValueError, match="StableAcceptance accepts by a clustering round's evidence"):
+        GroundTruth(acceptance=dict(type='StableAcceptance'))
+
+
+def test_every_scheme_is_built_from_its_registered_name():
+    """A config's acceptance=dict(type=...) builds the registered class with its settings checked."""
+    from ifnd.registry import ACCEPTANCES
+    assert set(ACCEPTANCES.module_dict) == {'ConstantAcceptance', 'StepAcceptance', 'LinearAcceptance',
+                                            'ConfidentAcceptance', 'StableAcceptance'}
+    built = build_acceptance(dict(type='StepAcceptance', step_epoch=3, final_rate=0.5), 'owner')
+    built.set_epoch(2, 10)
+    assert built.rate == 0.0 and built.owner == 'owner StepAcceptance'
+    built.set_epoch(3, 10)
+    assert built.rate == 0.5
 
 
 def _config(tmp_path, name: str, model: dict, pseudo_labels: dict, epochs: int = 3) -> str:
@@ -180,9 +214,10 @@ def _rounds(work_dir) -> list[dict]:
 
 
 @pytest.mark.parametrize('name, model, pseudo_labels', [
-    ('confidence', dict(type='IFND', temperature=0.5), dict(scheme='confidence', threshold=0.0)),
-    ('agreement', dict(type='SimCLR', temperature=0.5, treatment='elim',
-                       detector=dict(type='PseudoLabels', agreement=2)), dict(scheme='constant')),
+    ('confidence', dict(type='IFND', temperature=0.5),
+     dict(acceptance=dict(type='ConfidentAcceptance', certainty_share=0.0))),
+    ('agreement', dict(type='IFND', temperature=0.5, agreement=2),
+     dict(acceptance=dict(type='ConstantAcceptance'))),
 ])
 def test_each_option_trains_through_train_py_and_reports_its_flags(tmp_path, name, model, pseudo_labels):
     """Per round: the accepted share and the flags' precision and recall in rounds.json."""
@@ -200,7 +235,8 @@ def test_each_option_trains_through_train_py_and_reports_its_flags(tmp_path, nam
 
 def test_stability_resumes_exactly_with_the_previous_rounds_assignments(tmp_path):
     """The round after a resume decides by the checkpoint's previous assignments, as if never stopped."""
-    config = _config(tmp_path, 'stability', dict(type='IFND', temperature=0.5), dict(scheme='stability'))
+    config = _config(tmp_path, 'stability', dict(type='IFND', temperature=0.5),
+                     dict(acceptance=dict(type='StableAcceptance')))
     _train(config, tmp_path / 'whole')
     rounds = _rounds(tmp_path / 'whole')
     assert rounds[0]['rate'] == 0.0 and rounds[-1]['rate'] > 0  # nothing before a previous round
@@ -213,21 +249,81 @@ def test_stability_resumes_exactly_with_the_previous_rounds_assignments(tmp_path
     again = torch.load(resumed / 'epoch_3.pth', map_location='cpu', weights_only=False)
     labels = 'label_bank.labels'
     assert torch.equal(whole['state_dict'][labels], again['state_dict'][labels])
-    for a, b in zip(whole['pseudo_label_previous'], again['pseudo_label_previous']):
+    for a, b in zip(whole[STATE]['previous'], again[STATE]['previous']):
         assert torch.equal(a, b)
     # Damaged state in a checkpoint (ids out of [0, k), or assignments of another data set's size) is
     # set aside with a warning: the round accepts nothing, the run ends with a checkpoint that resumes.
     good = torch.load(tmp_path / 'whole' / 'epoch_2.pth', map_location='cpu', weights_only=False)
-    for name, damage in (('huge and negative ids', [lambda a: a + 2 ** 40, lambda a: a - 100]),
-                         ('another size', [lambda a: a[:7]] * 2)):
+    kept = good[STATE]['previous']
+    # A checkpoint written before acceptance was a part keeps the same state under its former key.
+    former = {k: v for k, v in good.items() if k != STATE}
+    for name, damage, key in (('former key', [lambda a: a] * 2, 'pseudo_label_previous'),
+                              ('huge and negative ids', [lambda a: a + 2 ** 40, lambda a: a - 100], STATE),
+                              ('another size', [lambda a: a[:7]] * 2, STATE)):
         damaged = tmp_path / name.replace(' ', '_')
         shutil.copytree(tmp_path / 'whole', damaged)
         os.remove(damaged / 'epoch_3.pth')
-        previous = [hurt(a) for hurt, a in zip(damage, good['pseudo_label_previous'])]
-        torch.save(dict(good, pseudo_label_previous=previous), damaged / 'epoch_2.pth')
+        previous = [hurt(a) for hurt, a in zip(damage, kept)]
+        state = previous if key == 'pseudo_label_previous' else {'previous': previous}
+        torch.save({**former, key: state}, damaged / 'epoch_2.pth')
         _train(config, damaged, '--resume', str(damaged / 'epoch_2.pth'))
+        resumable = torch.load(damaged / 'epoch_3.pth', map_location='cpu', weights_only=False)
+        assert [len(a) for a in resumable[STATE]['previous']] == [len(a) for a in kept]
+        if name == 'former key':  # read as the state it is: the same run as the uninterrupted one
+            assert torch.equal(resumable['state_dict'][labels], whole['state_dict'][labels])
+            continue
         log = ''.join(p.read_text() for p in damaged.glob('*/*.log'))
         assert 'set aside' in log and 'accepts nothing' in log, name
         assert _rounds(damaged)[-1]['rate'] == 0.0
-        resumable = torch.load(damaged / 'epoch_3.pth', map_location='cpu', weights_only=False)
-        assert [len(a) for a in resumable['pseudo_label_previous']] == [len(a) for a in good['pseudo_label_previous']]
+
+
+def test_the_documented_acceptance_example_drives_the_hook_and_a_detector():
+    """docs/methods.md's "Adding an acceptance scheme": its file, as written, and one config line."""
+    from ifnd.hooks import PseudoLabelHook
+    from ifnd.models.false_negatives import GroundTruth
+    from ifnd.registry import ACCEPTANCES
+    text = open(osp.join(REPO, 'docs', 'methods.md')).read()
+    code = text.split('## Adding an acceptance scheme', 1)[1].split('```python\n', 1)[1].split('```', 1)[0]
+    ACCEPTANCES._module_dict.pop('CosineAcceptance', None)
+    try:
+        exec(compile(code, 'docs/methods.md', 'exec'), {})
+        hook = PseudoLabelHook(num_clusters=[3], acceptance=dict(type='CosineAcceptance'))
+        rates = []
+        for epoch in (0, 5, 10):
+            hook.acceptance.set_epoch(epoch, 10)
+            rates.append(hook.acceptance.rate)
+        assert rates == pytest.approx([0.0, 0.5, 1.0])
+        labels, _ = hook.acceptance.accept(0, torch.tensor([0, 1, 2, 0]), torch.tensor([0.1, 0.9, 0.5, 0.2]), 3)
+        assert labels.tolist() == [0, 1, 2, 0]  # rate 1: all
+        detector = GroundTruth(acceptance=dict(type='CosineAcceptance', seed=1))
+        detector.setup(10, 10, torch.device('cpu'))
+        detector.set_epoch(5)
+        assert int(detector.accepted(torch.arange(10)).sum()) == 5  # ⌈0.5 · 10⌉
+        with pytest.raises(ValueError, match='CosineAcceptance final_rate must be a float in'):
+            GroundTruth(acceptance=dict(type='CosineAcceptance', final_rate=2.0))
+    finally:
+        ACCEPTANCES._module_dict.pop('CosineAcceptance', None)
+
+
+def test_the_presets_take_their_detectors_settings():
+    """IFND(agreement=2) is SimCLR with PseudoLabels(agreement=2); OracleElim(acceptance=...) the
+    schedule-matched oracle; a preset without a detector refuses them."""
+    from helpers import TINY_BACKBONE, TINY_NECK
+    from mmengine.registry import init_default_scope
+    from ifnd.registry import MODELS
+    init_default_scope('ifnd')
+    parts = dict(backbone=TINY_BACKBONE, neck=TINY_NECK)
+    ifnd = MODELS.build(dict(type='IFND', agreement=2, **parts))
+    simclr = MODELS.build(dict(type='SimCLR', treatment='elim',
+                               detector=dict(type='PseudoLabels', agreement=2), **parts))
+    assert (type(ifnd.detector), ifnd.detector.agreement, ifnd.treatment) == \
+        (type(simclr.detector), 2, simclr.treatment)
+    moco = MODELS.build(dict(type='IFNDMoCo', agreement=3, queue_len=16, **parts))
+    assert moco.detector.agreement == 3
+    oracle = MODELS.build(dict(type='OracleElim', acceptance=dict(type='LinearAcceptance', seed=2), **parts))
+    assert type(oracle.detector.acceptance).__name__ == 'LinearAcceptance' and oracle.detector.acceptance.seed == 2
+    with pytest.raises(ValueError, match='PCL with treatment=None flags nothing, so it has no PseudoLabels '
+                                         'to take agreement'):
+        MODELS.build(dict(type='PCL', agreement=2, **parts))
+    with pytest.raises(ValueError, match=r'PseudoLabels agreement must be an int in \[1, 64\]'):
+        MODELS.build(dict(type='IFND', agreement=0, **parts))

@@ -27,8 +27,9 @@ TOOLS = osp.join(REPO, 'tools', 'analysis')
 
 
 def write_round(folder, epoch: int, truth: np.ndarray, ks, rate: float, dim: int,
-                seed: int) -> None:
-    """A round file in PseudoLabelHook's format; assignments follow the truth 70% of the time."""
+                seed: int, score_key: str = 'score') -> None:
+    """A round file in PseudoLabelHook's format; assignments follow the truth 70% of the time.
+    ``score_key='confidence'``: as rounds were saved before the scores had their name."""
     rng = np.random.default_rng(seed)
     num = len(truth)
     saved, labels = {}, []
@@ -40,7 +41,7 @@ def write_round(folder, epoch: int, truth: np.ndarray, ks, rate: float, dim: int
         accepted[top] = assign[top]
         cents = rng.normal(size=(k, dim)).astype(np.float32)
         saved[f'assignments_{level}'] = assign
-        saved[f'confidence_{level}'] = conf
+        saved[f'{score_key}_{level}'] = conf
         saved[f'centroids_{level}'] = cents / np.linalg.norm(cents, axis=1, keepdims=True)
         labels.append(accepted)
     folder.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,10 @@ def test_round_reading_errors(tmp_path, rounds_dir):
         nmi_curve(str(unlabelled))
     rnd = read_round(str(rounds_dir / 'pseudo_labels' / 'epoch_0002.npz'))
     assert rnd['epoch'] == 2 and rnd['num_clusters'] == [3, 6]
-    assert rnd['centroids'][1].shape == (6, 8)
+    assert rnd['centroids'][1].shape == (6, 8) and rnd['scores'][1].shape == (60,)
+    former = tmp_path / 'former'
+    write_round(former, 0, np.zeros(20, dtype=int), (2, ), 0.5, dim=4, seed=0, score_key='confidence')
+    assert read_round(str(former / 'epoch_0000.npz'))['scores'][0].shape == (20,)
 
 
 def test_cluster_quality_table_on_separated_blobs():

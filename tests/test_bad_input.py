@@ -38,7 +38,8 @@ def test_unknown_registry_type(tmp_path):
 
 @pytest.mark.parametrize('option, suggestion', [
     ('train_cfg.max_epoch=1', "did you mean 'train_cfg.max_epochs'"),
-    ('custom_hooks.0.schem=step', "did you mean 'custom_hooks.0.scheme'"),
+    ('custom_hooks.0.intervl=2', "did you mean 'custom_hooks.0.interval'"),
+    ('custom_hooks.0.acceptance.final_rat=0.5', "did you mean 'custom_hooks.0.acceptance.final_rate'"),
     ('optim_wrapper.optimizer.momentom=0.5', "did you mean 'optim_wrapper.optimizer.momentum'"),
     ('trian_dataloader.batch_size=8', "did you mean 'train_dataloader'"),
 ])
@@ -363,7 +364,7 @@ def test_rounds_json_is_strict_json_and_survives_corruption(tmp_path, caplog):
     run = tmp_path / 'run'
     train_tool.main([path, '--cfg-options', 'train_cfg.max_epochs=1'])
     rounds = _rounds_json(run)
-    assert rounds[0]['epoch'] == 0 and rounds[0]['levels'][0]['kappa_threshold'] is None  # was Infinity
+    assert rounds[0]['epoch'] == 0 and rounds[0]['levels'][0]['smallest_accepted'] is None  # was Infinity
     summary = run / 'pseudo_labels' / 'rounds.json'
     summary.write_text(summary.read_text()[:40])  # a run killed mid-write by another tool, a full disk
     leftover = run / 'pseudo_labels' / '.tmp_abc_epoch_0001.npz'  # a run killed while writing labels

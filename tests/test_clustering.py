@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from helpers import HostSyncOps
 from sklearn.metrics import adjusted_rand_score
 
-from ifnd.clustering import (KMeansResult, accept_labels, acceptance_rate, assign_by_cosine,
-                             choose_backend, cluster_confidence, confidence, kmeans,
-                             multi_level_kmeans, pcl_concentration, resolve_backend)
+from ifnd.clustering import (KMeansResult, assign_by_cosine, build_acceptance, choose_backend,
+                             cluster_confidence, confidence, kmeans, multi_level_kmeans,
+                             pcl_concentration, resolve_backend)
 from ifnd.clustering.torch_kmeans import torch_kmeans
 
 faiss = pytest.importorskip('faiss')
@@ -234,6 +234,13 @@ def _reference_accept(assign, conf, rate):
     return labels, (min(conf[i] for i in order) if order else math.inf)
 
 
+def accept_labels(assignments, scores, rate):
+    """The calendar's acceptance at ``rate``, as a round asks it."""
+    acceptance = build_acceptance(dict(type='ConstantAcceptance', final_rate=rate), 'test')
+    acceptance.set_epoch(0, 1)
+    return acceptance.accept(0, assignments, scores, int(assignments.max()) + 1)
+
+
 @pytest.mark.parametrize('rate', [0.0, 0.05, 0.25, 0.3, 0.5, 0.999, 1.0])
 def test_accept_labels_matches_sort(rate):
     g = torch.Generator().manual_seed(3)
@@ -260,22 +267,30 @@ def test_accept_labels_ceil_rule_and_errors():
     assert int((accept_labels(assign, conf, 0.3)[0] >= 0).sum()) == 3  # not 4 by float error
     assert int((accept_labels(assign, conf, 0.25)[0] >= 0).sum()) == 3  # ceil(2.5)
     assert int((accept_labels(assign, conf, 0.01)[0] >= 0).sum()) == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r'test ConstantAcceptance final_rate must be a float in \[0, 1\]'):
         accept_labels(assign, conf, 1.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match='cluster assignments must be >= 0'):
         accept_labels(assign - 1, conf, 0.5)
 
 
+def rate_at(epoch: int, max_epochs: int, kind: str = 'LinearAcceptance', **settings) -> float:
+    """The share a calendar scheme accepts after ``epoch`` of ``max_epochs`` epochs."""
+    acceptance = build_acceptance(dict(type=kind, **settings), 'test')
+    acceptance.set_epoch(epoch, max_epochs)
+    return acceptance.rate
+
+
 def test_acceptance_rate_schedules():
-    assert acceptance_rate(0, 100) == 0.0
-    assert acceptance_rate(50, 100) == 0.5
-    assert acceptance_rate(150, 100) == 1.0
-    assert acceptance_rate(50, 100, 'linear', final_rate=0.6) == pytest.approx(0.3)
-    assert acceptance_rate(-5, 100) == 0.0
-    assert acceptance_rate(3, 100, 'constant', final_rate=0.7) == 0.7
-    assert acceptance_rate(19, 100, 'step', step_epoch=20) == 0.0
-    assert acceptance_rate(20, 100, 'step', final_rate=0.9, step_epoch=20) == 0.9
-    with pytest.raises(ValueError, match='linear'):
-        acceptance_rate(1, 10, 'cosine')
-    with pytest.raises(ValueError):
-        acceptance_rate(1, 10, final_rate=1.2)
+    assert rate_at(0, 100) == 0.0
+    assert rate_at(50, 100) == 0.5
+    assert rate_at(150, 100) == 1.0
+    assert rate_at(50, 100, final_rate=0.6) == pytest.approx(0.3)
+    assert rate_at(-5, 100) == 0.0
+    assert rate_at(3, 100, 'ConstantAcceptance', final_rate=0.7) == 0.7
+    assert rate_at(19, 100, 'StepAcceptance', step_epoch=20) == 0.0
+    assert rate_at(20, 100, 'StepAcceptance', final_rate=0.9, step_epoch=20) == 0.9
+    assert rate_at(5, 100, interval=3) == 0.03  # the rate of the last update, after 3 epochs
+    with pytest.raises(ValueError, match='type must be one of'):
+        rate_at(1, 10, 'CosineAcceptance')
+    with pytest.raises(ValueError, match='final_rate'):
+        rate_at(1, 10, final_rate=1.2)

@@ -11,7 +11,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
 import ifnd.hooks.pseudo_label_hook as pseudo_label_hook
-from ifnd.clustering import (acceptance_rate, check_round_options, clustering_round, confidence,
+from ifnd.clustering import (LinearAcceptance, check_round_options, clustering_round, confidence,
                              plan_round, round_kmeans_options, round_seed)
 from ifnd.registry import HOOKS, MODELS, RUNNERS
 
@@ -45,7 +45,8 @@ def test_hook_round_in_a_run_equals_the_function_on_its_features(tmp_path, monke
     """A real short run: every round's labels, κ, centroids and statistics are those of
     clustering_round on the features the hook extracted."""
     extracted = _keep_extracted_features(monkeypatch)
-    hook = dict(num_clusters=[5, 12], interval=1, scheme='linear', seed=3, kmeans=KMEANS)
+    hook = dict(num_clusters=[5, 12], interval=1, acceptance=dict(type='LinearAcceptance'), seed=3,
+                kmeans=KMEANS)
     cfg = digits_config(str(tmp_path), dict(type='IFND', temperature=0.5), max_epochs=2,
                         pseudo_labels=hook)
     cfg.train_dataloader.dataset.subset_fraction = 0.2
@@ -55,7 +56,9 @@ def test_hook_round_in_a_run_equals_the_function_on_its_features(tmp_path, monke
     assert [r['epoch'] for r in rounds] == [0, 1, 2] and len(extracted) == 3
     for feats, stats in zip(extracted, rounds):
         epoch = stats['epoch']
-        result = clustering_round(feats, [5, 12], rate=acceptance_rate(epoch, 2), temperature=0.5,
+        acceptance = LinearAcceptance()
+        acceptance.set_epoch(epoch, 2)
+        result = clustering_round(feats, [5, 12], acceptance=acceptance, temperature=0.5,
                                   seed=round_seed(3, epoch),
                                   kmeans=check_round_options('kappa', KMEANS)[0])
         saved = np.load(tmp_path / 'pseudo_labels' / f'epoch_{epoch:04d}.npz')
@@ -63,12 +66,11 @@ def test_hook_round_in_a_run_equals_the_function_on_its_features(tmp_path, monke
         for level in range(2):
             np.testing.assert_array_equal(saved[f'assignments_{level}'],
                                           result.assignments[level].numpy())
-            np.testing.assert_array_equal(saved[f'confidence_{level}'],
-                                          result.confidences[level].numpy())
+            np.testing.assert_array_equal(saved[f'score_{level}'], result.scores[level].numpy())
             np.testing.assert_array_equal(saved[f'centroids_{level}'],
                                           result.centroids[level].numpy())
             # The hook adds the clusters' quality against the classes to the round's statistics
-            # (rounds.json writes the +inf threshold of a round that accepts nothing as null).
+            # (rounds.json writes the +inf smallest score of a round accepting nothing as null).
             expected = {key: value if math.isfinite(value) else None
                         for key, value in result.stats['levels'][level].items()}
             assert stats['levels'][level].items() >= expected.items()
@@ -83,8 +85,8 @@ def _round_with(tmp_path, **hook_options) -> dict:
     init_default_scope('ifnd')
     torch.manual_seed(0)
     model = MODELS.build(dict(type='IFND', temperature=0.5, backbone=TINY_BACKBONE, neck=TINY_NECK))
-    hook = HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5], scheme='constant',
-                            final_rate=0.5, num_workers=0, batch_size=64, kmeans=KMEANS,
+    hook = HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5],
+                            acceptance=dict(type='ConstantAcceptance', final_rate=0.5), num_workers=0, batch_size=64, kmeans=KMEANS,
                             dataset=dict(type='Digits', split='train', subset_fraction=0.2),
                             pipeline=dict(type='EvalView', size=16), **hook_options))
     runner = types.SimpleNamespace(
@@ -108,8 +110,8 @@ def test_hook_temperature_is_the_kappa_temperature(tmp_path, monkeypatch):
     for saved, tau in ((default, 0.5), (sharp, 0.05)):
         kappa = confidence(extracted[0], torch.from_numpy(saved['centroids_0']),
                            torch.from_numpy(saved['assignments_0']), tau)
-        np.testing.assert_array_equal(saved['confidence_0'], kappa.numpy())
-    assert not np.array_equal(sharp['confidence_0'], default['confidence_0'])
+        np.testing.assert_array_equal(saved['score_0'], kappa.numpy())
+    assert not np.array_equal(sharp['score_0'], default['score_0'])
 
 
 def test_hook_refuses_bad_temperature_and_unknown_keys(tmp_path):
@@ -142,8 +144,8 @@ def test_round_options_are_checked_once_up_front(capsys):
                                  (dict(seed=1), ValueError, 'kmeans.seed is set by')]:
         with pytest.raises(error, match=match):
             HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5], kmeans=kmeans))
-    with pytest.raises(ValueError, match='confidence must be one of'):
-        HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5], confidence='entropy'))
+    with pytest.raises(ValueError, match='score must be one of'):
+        HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5], score='entropy'))
     bench = _load_benchmark()
     with pytest.raises(SystemExit):
         bench.parse_args(['--num-samples', '50', '--ks', '5', '--max-points-per-centroid', '0'])

@@ -113,7 +113,7 @@ def test_paper_recipes():
     assert in1k.train_dataloader.batch_size * 8 == 256
     hook = in1k.custom_hooks[0]
     assert hook.num_clusters == [1000, 3000, 10000] and hook.interval == 1
-    assert hook.scheme == 'linear' and hook.final_rate == 1.0
+    assert hook.acceptance == dict(type='LinearAcceptance', final_rate=1.0)
 
     c100 = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r50_1000e_cifar100.py'))
     assert c100.model.type == 'IFND' and c100.model.temperature == 0.5
@@ -126,11 +126,19 @@ def test_paper_recipes():
     assert c10.custom_hooks[0].num_clusters == [10, 30, 100]
 
 
-def test_ablations_through_cfg_options():
-    """The strategy-table ablations documented as --cfg-options reach the hook."""
-    cfg = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r50_1000e_cifar100.py'))
-    cfg.merge_from_dict({'custom_hooks.0.scheme': 'step', 'custom_hooks.0.step_epoch': 100,
-                         'custom_hooks.0.final_rate': 0.5}, allow_list_keys=True)
+@pytest.mark.parametrize('options', [
+    {'custom_hooks.0.acceptance.type': 'StepAcceptance', 'custom_hooks.0.acceptance.step_epoch': 100,
+     'custom_hooks.0.acceptance.final_rate': 0.5},
+    # The former flat keys of published commands, read as the part they name.
+    {'custom_hooks.0.scheme': 'step', 'custom_hooks.0.step_epoch': 100,
+     'custom_hooks.0.final_rate': 0.5}], ids=['acceptance', 'former'])
+def test_ablations_through_cfg_options(options):
+    """The strategy-table ablations documented as --cfg-options reach the hook's acceptance."""
+    from ifnd.clustering import StepAcceptance
+    from ifnd.engine.cli import runner_config
+    cfg = runner_config(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r50_1000e_cifar100.py'),
+                        cfg_options=options)
     init_default_scope('ifnd')
-    hook = HOOKS.build(cfg.custom_hooks[0])
-    assert (hook.scheme, hook.step_epoch, hook.final_rate) == ('step', 100, 0.5)
+    acceptance = HOOKS.build(cfg.custom_hooks[0]).acceptance
+    assert isinstance(acceptance, StepAcceptance)
+    assert (acceptance.step_epoch, acceptance.final_rate) == (100, 0.5)

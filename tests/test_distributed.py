@@ -54,8 +54,8 @@ def _batch(num_views: int = 2) -> tuple[list[torch.Tensor], dict]:
 
 
 def _pseudo_label_round(model: torch.nn.Module, work_dir: str) -> torch.Tensor:
-    hook = HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5, 10], scheme='constant',
-                            final_rate=0.6, dataset=DIGITS, pipeline=EVAL_VIEW, batch_size=32,
+    hook = HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5, 10],
+                            acceptance=dict(type='ConstantAcceptance', final_rate=0.6), dataset=DIGITS, pipeline=EVAL_VIEW, batch_size=32,
                             num_workers=0, kmeans=dict(niter=10, nredo=1), save_labels=False))
     runner = types.SimpleNamespace(
         model=model, max_epochs=10, work_dir=work_dir, logger=MMLogger.get_instance('ifnd-test'),

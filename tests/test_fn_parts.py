@@ -15,7 +15,7 @@ from helpers import TINY_BACKBONE, TINY_NECK, digits_config, train_tool
 from mmengine.registry import init_default_scope
 
 from ifnd.clustering import pad_levels
-from ifnd.models.false_negatives import (AcceptanceSchedule, GroundTruth, NegativeBatch,
+from ifnd.models.false_negatives import (GroundTruth, NegativeBatch,
                                          build_weighting, flagged_loss)
 from ifnd.registry import MODELS, RUNNERS
 
@@ -412,14 +412,15 @@ def test_a_step_without_the_setup_or_the_labels_is_refused():
 
 
 def _accepted_per_epoch(num, seed, final_rate=1.0, interval=3, max_epochs=30):
-    schedule = AcceptanceSchedule(scheme='linear', final_rate=final_rate, interval=interval,
-                                  seed=seed)
-    schedule.setup(num, CPU)
+    """The samples a detector's linear acceptance accepts at each epoch, in its seeded order."""
+    detector = GroundTruth(acceptance=dict(type='LinearAcceptance', final_rate=final_rate,
+                                           interval=interval, seed=seed))
+    detector.setup(num, max_epochs, CPU)
     sets = []
     for epoch in range(max_epochs + 1):
-        schedule.set_epoch(epoch, max_epochs)
-        sets.append(schedule.accepted(torch.arange(num)))
-    assert not schedule.accepted(torch.tensor([-1])).any(), 'an unknown sample is not accepted'
+        detector.set_epoch(epoch)
+        sets.append(detector.accepted(torch.arange(num)))
+    assert not detector.accepted(torch.tensor([-1])).any(), 'an unknown sample is not accepted'
     return sets
 
 
@@ -441,7 +442,7 @@ def test_linear_acceptance_is_ceil_rn_nested_and_seeded(final_rate):
 
 def test_ground_truth_with_acceptance_flags_pairs_of_accepted_samples():
     num, max_epochs = 40, 4
-    acceptance = dict(scheme='linear', interval=1, seed=3)
+    acceptance = dict(type='LinearAcceptance', interval=1, seed=3)
     detector = GroundTruth(acceptance=acceptance)
     detector.setup(num, max_epochs, CPU)
     gen = torch.Generator().manual_seed(4)
@@ -479,7 +480,7 @@ def test_ground_truth_with_acceptance_flags_pairs_of_accepted_samples():
 
 def test_an_oracle_accepting_nothing_is_simclr():
     oracle = _build(dict(type='SimCLR', detector=dict(type='GroundTruth',
-                                                      acceptance=dict(scheme='linear')),
+                                                      acceptance=dict(type='LinearAcceptance')),
                          treatment='elim'))
     simclr = _build(dict(type='SimCLR'))
     oracle.detector.setup(NUM_SAMPLES, 10, CPU)
@@ -502,7 +503,7 @@ RUN_DETECTORS = {
     'GloFND': dict(type='GloFND', alpha=0.1, start_epoch=1, lr=0.5),
     'SupportViews': dict(type='SupportViews', num_support_views=1, top_k=5),
     'GroundTruth': dict(type='GroundTruth'),
-    'GroundTruthAccepted': dict(type='GroundTruth', acceptance=dict(scheme='linear')),
+    'GroundTruthAccepted': dict(type='GroundTruth', acceptance=dict(type='LinearAcceptance')),
 }
 RUNS = [('SimCLR', detector, treatment, weighting) for detector in RUN_DETECTORS
         for treatment in ('elim', 'attr') for weighting in (None, 'hard')
@@ -599,7 +600,7 @@ def test_the_documented_detector_example_trains_with_acceptance_and_is_counted()
         torch.manual_seed(0)
         model = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK,
                                   detector=dict(type='AboveCosine', cosine=0.5,
-                                                acceptance=dict(scheme='constant', final_rate=1.0)),
+                                                acceptance=dict(type='ConstantAcceptance')),
                                   treatment='elim'))
         plain = MODELS.build(dict(type='SimCLR', backbone=TINY_BACKBONE, neck=TINY_NECK))
         plain.load_state_dict(model.state_dict())

@@ -130,3 +130,61 @@ def test_the_former_spelling_is_read_in_one_place_only():
                 if former.search(line):
                     found.append(f'{osp.relpath(path, ROOT)}:{number}: {line.strip()}')
     assert not found, '\n'.join(found)
+
+
+HOOK = dict(type='PseudoLabelHook', num_clusters=[10])
+LINEAR = dict(type='LinearAcceptance', final_rate=1.0)
+# (a PseudoLabelHook in its former flat keys, the same hook with its acceptance part and score)
+HOOK_TRANSLATIONS = [
+    (dict(HOOK, scheme='step', step_epoch=100), dict(HOOK, acceptance=dict(type='StepAcceptance', step_epoch=100))),
+    (dict(HOOK, acceptance=LINEAR, final_rate=0.25), dict(HOOK, acceptance=dict(LINEAR, final_rate=0.25))),
+    (dict(HOOK, acceptance=LINEAR, scheme='constant'), dict(HOOK, acceptance=dict(LINEAR, type='ConstantAcceptance'))),
+    (dict(HOOK, acceptance=LINEAR, scheme='confidence', threshold=0.5),
+     dict(HOOK, acceptance=dict(type='ConfidentAcceptance', certainty_share=0.5))),
+    (dict(HOOK, acceptance=LINEAR, scheme='stability'), dict(HOOK, acceptance=dict(type='StableAcceptance'))),
+    (dict(HOOK, scheme='linear', final_rate=1.0, confidence='pcl'),
+     dict(HOOK, acceptance=LINEAR, score='pcl')),
+    (dict(HOOK, confidence='kappa'), dict(HOOK, score='kappa')),
+    (dict(HOOK, score='kappa', confidence='pcl'), dict(HOOK, score='pcl')),  # written over the base's
+]
+
+
+@pytest.mark.parametrize('former, parts', HOOK_TRANSLATIONS,
+                         ids=[str(f.get('scheme', 'keys')) for f, _ in HOOK_TRANSLATIONS])
+def test_the_hooks_former_acceptance_keys_are_read_as_the_part(former, parts, notices):
+    """Flat scheme / final_rate / step_epoch / threshold and confidence=, with one notice; the hook
+    built from them equals the hook built from the parts."""
+    from ifnd.models.former_names import translate_former_hook
+    from ifnd.registry import HOOKS
+    assert translate_former_hook(dict(former), 'config x.py') == parts
+    assert len(notices) == 1 and notices[0].startswith('config x.py: read the former ')
+    init_default_scope('ifnd')
+    a, b = HOOKS.build(translate_former_hook(former, 'x')), HOOKS.build(parts)
+    assert type(a.acceptance) is type(b.acceptance) and vars(a.acceptance) == vars(b.acceptance)
+    assert a.score == b.score
+
+
+@pytest.mark.parametrize('former, match', [
+    (dict(HOOK, scheme='linear', threshold=0.5), "threshold=0.5 is the former 'confidence' scheme's"),
+    (dict(HOOK, scheme='cosine'), "scheme='cosine' with acceptance type None names no acceptance"),
+])
+def test_the_hooks_former_keys_with_no_meaning_are_refused(former, match, notices):
+    from ifnd.models.former_names import translate_former_hook
+    with pytest.raises(ValueError, match=match):
+        translate_former_hook(former, 'config x.py')
+
+
+def test_published_acceptance_commands_keep_working(tmp_path, notices):
+    """docs/configs.md's former ablation commands and a detector's former acceptance, through
+    tools/train.py's config reading and a checkpoint's config."""
+    cfg = runner_config(str(ROOT / 'configs/ifnd/pcl_r50_1000e_cifar100.py'), work_dir=str(tmp_path),
+                        cfg_options={'custom_hooks.0.scheme': 'linear', 'custom_hooks.0.confidence': 'kappa'})
+    hook = cfg.custom_hooks[0]
+    assert hook['acceptance'] == dict(type='LinearAcceptance')  # PCL's step_epoch: not Linear's
+    assert hook['score'] == 'kappa' and 'scheme' not in hook and 'confidence' not in hook
+    model = dict(type='SimCLR', treatment='elim', backbone=TINY_BACKBONE, neck=TINY_NECK,
+                 detector=dict(type='GroundTruth', acceptance=dict(scheme='linear', interval=3, seed=1)))
+    kept = architecture_config(model, 'old.pth')
+    assert kept['detector']['acceptance'] == dict(type='LinearAcceptance', interval=3, seed=1)
+    assert any('old.pth' in notice and "acceptance={'type': 'LinearAcceptance'" in notice
+               for notice in notices)

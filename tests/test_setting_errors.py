@@ -30,7 +30,8 @@ def _build(config: str, key: str, value):
 
 
 GLOFND = 'glofnd/glofnd_r18_8e_digits.py'
-ACCEPTANCE = 'ifnd/oracle_elim_linear_r18_8e_digits.py'  # GroundTruth with an acceptance schedule
+ACCEPTANCE = 'ifnd/oracle_elim_linear_r18_8e_digits.py'  # GroundTruth with a LinearAcceptance
+LINEAR = 'GroundTruth acceptance LinearAcceptance'
 HARD = 'hard_negative/hard_negative_r18_8e_digits.py'
 IFND_HARD = 'ifnd/ifnd_hard_r18_8e_digits.py'  # SimCLR with detector, treatment and weighting
 FNC = 'fnc/fnc_elim_r18_8e_digits.py'
@@ -48,22 +49,19 @@ MOCO = 'mocov2/mocov2_r50_200e_in1k.py'
     (GLOFND, 'detector.betas', (0.9, '0.98'), TypeError,
      "GloFND betas[1] must be a float in [0, 1), got '0.98' (str)"),
     (GLOFND, 'detector.eps', None, TypeError, 'GloFND eps must be a float > 0, got None'),
-    (ACCEPTANCE, 'detector.acceptance.seed', 1.5, TypeError,
-     f'GroundTruth acceptance seed must be {SEED_RANGE} 1.5 (float)'),
+    (ACCEPTANCE, 'detector.acceptance.seed', 1.5, TypeError, f'{LINEAR} seed must be {SEED_RANGE} 1.5 (float)'),
     (ACCEPTANCE, 'detector.acceptance.seed', 2 ** 64, ValueError,
-     f'GroundTruth acceptance seed must be {SEED_RANGE} 18446744073709551616'),
-    (ACCEPTANCE, 'detector.acceptance.seed', -1, ValueError,
-     f'GroundTruth acceptance seed must be {SEED_RANGE} -1'),
-    (ACCEPTANCE, 'detector.acceptance.step_epoch', 'x', TypeError,
-     "GroundTruth acceptance step_epoch must be an int >= 0, got 'x' (str)"),
+     f'{LINEAR} seed must be {SEED_RANGE} 18446744073709551616'),
+    (ACCEPTANCE, 'detector.acceptance.seed', -1, ValueError, f'{LINEAR} seed must be {SEED_RANGE} -1'),
+    (ACCEPTANCE, 'detector.acceptance.step_epoch', 3, ValueError,
+     f'{LINEAR} takes final_rate, interval, seed, not step_epoch'),
     (ACCEPTANCE, 'detector.acceptance.final_rate', None, TypeError,
-     'GroundTruth acceptance final_rate must be a float in [0, 1], got None (NoneType)'),
-    (ACCEPTANCE, 'detector.acceptance.interval', 0, ValueError,
-     'GroundTruth acceptance interval must be an int >= 1, got 0'),
-    (ACCEPTANCE, 'detector.acceptance.scheme', 'cosine', ValueError,
-     "GroundTruth acceptance scheme must be one of ('constant', 'step', 'linear'), got 'cosine'"),
-    (ACCEPTANCE, 'detector.acceptance.seeed', 1, ValueError,
-     'GroundTruth acceptance takes scheme, final_rate, step_epoch, interval, seed, not seeed'),
+     f'{LINEAR} final_rate must be a float in [0, 1], got None (NoneType)'),
+    (ACCEPTANCE, 'detector.acceptance.interval', 0, ValueError, f'{LINEAR} interval must be an int >= 1, got 0'),
+    (ACCEPTANCE, 'detector.acceptance.type', 'CosineAcceptance', ValueError,
+     'GroundTruth acceptance type must be one of ConstantAcceptance, StepAcceptance, '
+     "LinearAcceptance, ConfidentAcceptance, StableAcceptance, got 'CosineAcceptance'"),
+    (ACCEPTANCE, 'detector.acceptance.seeed', 1, ValueError, f'{LINEAR} takes final_rate, interval, seed, not seeed'),
     (HARD, 'tau_plus', '0.1', TypeError,
      "HardNegativeCL tau_plus must be a float in [0, 1), got '0.1' (str)"),
     (HARD, 'beta', True, TypeError, 'HardNegativeCL beta must be a float >= 0, got True (bool)'),
@@ -110,8 +108,10 @@ def test_a_hardness_whose_weighted_logits_overflow_float32_is_refused():
 
 @pytest.mark.parametrize('key, value, message', [
     ('seed', 2 ** 32, f'PseudoLabelHook seed must be {SEED_RANGE} 4294967296'),
-    ('step_epoch', 'x', "PseudoLabelHook step_epoch must be an int >= 0, got 'x' (str)"),
-    ('final_rate', None, 'PseudoLabelHook final_rate must be a float in [0, 1], got None'),
+    ('acceptance', dict(type='StepAcceptance', step_epoch='x'),
+     "PseudoLabelHook acceptance StepAcceptance step_epoch must be an int >= 0, got 'x' (str)"),
+    ('acceptance', dict(type='LinearAcceptance', final_rate=None),
+     'PseudoLabelHook acceptance LinearAcceptance final_rate must be a float in [0, 1], got None'),
     ('interval', 1.5, 'PseudoLabelHook interval must be an int >= 1, got 1.5 (float)'),
     ('num_clusters', ['10', 30], "PseudoLabelHook num_clusters[0] must be an int, got '10' (str)"),
     ('temperature', '0.1', "PseudoLabelHook temperature must be a float, got '0.1' (str)"),
@@ -131,11 +131,10 @@ def test_train_names_the_config_key_or_the_part(tmp_path):
     message = train_error(path, '--work-dir', str(tmp_path), '--cfg-options',
                           'model.detector.acceptance.final_rate=all')
     assert message.startswith("error: config key 'model.detector.acceptance.final_rate' must be "
-                              "float, got 'all' (str)")
+                              "float, got 'all' (str)"), message
     message = train_error(path, '--work-dir', str(tmp_path), '--cfg-options',
                           f'model.detector.acceptance.seed={2 ** 64}')
-    assert message.startswith(f'error: GroundTruth acceptance seed must be {SEED_RANGE} '
-                              '18446744073709551616')
+    assert message.startswith(f'error: {LINEAR} seed must be {SEED_RANGE} 18446744073709551616')
     message = train_error(osp.join(CONFIG_DIR, IFND_HARD), '--work-dir', str(tmp_path),
                           '--cfg-options', 'model.weighting.beta=True')
     assert message.startswith("error: config key 'model.weighting.beta' must be float, got True")
@@ -158,18 +157,19 @@ def test_a_start_past_the_runs_end_is_warned(tmp_path):
     """GloFND's start_epoch, an acceptance schedule's step and IFND's step at or past
     train_cfg.max_epochs would silently train without detection: each is logged once."""
     model = dict(type='SimCLR', temperature=0.5, treatment='elim', detector=dict(
-        type='GloFND', start_epoch=2, acceptance=dict(scheme='step', step_epoch=3)))
+        type='GloFND', start_epoch=2, acceptance=dict(type='StepAcceptance', step_epoch=3)))
     _short_run(tmp_path / 'glofnd', model, max_epochs=2)
     log = _log(tmp_path / 'glofnd')
-    assert ("GloFND acceptance (scheme='step', final_rate=1, step_epoch=3, interval=1) accepts no "
+    assert ('GloFND acceptance StepAcceptance (step_epoch=3, final_rate=1, interval=1) accepts no '
             'sample before the run ends (train_cfg.max_epochs=2): GloFND flags no false negative '
             'in this run, which trains as if it had no detector; lower the setting or raise '
             'train_cfg.max_epochs') in log
     assert "GloFND start_epoch=2 is not before the run's end (train_cfg.max_epochs=2)" in log
     _short_run(tmp_path / 'ifnd', dict(type='IFND', temperature=0.5), pseudo_labels=dict(
-        num_clusters=[10], scheme='step', step_epoch=1, kmeans=dict(nredo=1, niter=5)))
-    assert ("PseudoLabelHook (scheme='step', final_rate=1, step_epoch=1, interval=1) accepts no "
-            'sample before the run ends (train_cfg.max_epochs=1): every sample keeps a label of '
+        num_clusters=[10], acceptance=dict(type='StepAcceptance', step_epoch=1),
+        kmeans=dict(nredo=1, niter=5)))
+    assert ('PseudoLabelHook acceptance StepAcceptance (step_epoch=1, final_rate=1, interval=1) '
+            'accepts no sample before the run ends (train_cfg.max_epochs=1): every sample keeps a label of '
             'its own') in _log(tmp_path / 'ifnd')
     _short_run(tmp_path / 'in_time', dict(model, detector=dict(type='GloFND', start_epoch=1)),
                max_epochs=2)

@@ -11,7 +11,7 @@ from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps, end_gloo_worker, free
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
-from ifnd.clustering import accept_labels, confidence, multi_level_kmeans, pcl_concentration
+from ifnd.clustering import accept_count, accept_top, confidence, multi_level_kmeans, pcl_concentration
 from ifnd.dist import gather_shards, shard_index
 from ifnd.registry import HOOKS, MODELS
 
@@ -45,7 +45,7 @@ def _cluster(x: torch.Tensor, init: str, sharded: bool) -> list[tuple]:
         kappa = confidence(part, res.centroids, res.assignments, 0.2)
         phi = pcl_concentration(part, res.centroids, res.assignments, 0.2, sharded=sharded)
         assignments, kappa = gather_shards(res.assignments, len(x)), gather_shards(kappa, len(x))
-        labels = accept_labels(assignments, kappa, 0.4)[0]
+        labels = accept_top(assignments, kappa, accept_count(0.4, len(x)))[0]
         out.append((res.centroids, assignments, res.objective, labels, phi, res.num_shards))
     return out
 
@@ -59,8 +59,8 @@ def _hook_round(work_dir: str) -> tuple[torch.Tensor, dict]:
     init_default_scope('ifnd')
     torch.manual_seed(0)
     model = MODELS.build(dict(type='IFND', temperature=0.5, backbone=TINY_BACKBONE, neck=TINY_NECK))
-    hook = HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5, 10], scheme='constant',
-                            final_rate=0.6,
+    hook = HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5, 10],
+                            acceptance=dict(type='ConstantAcceptance', final_rate=0.6),
                             dataset=dict(type='Digits', split='train', subset_fraction=0.2),
                             pipeline=dict(type='EvalView', size=16), batch_size=64,
                             num_workers=0, save_labels=False,

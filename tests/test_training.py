@@ -211,8 +211,9 @@ def test_label_bank_needs_the_hook():
 def test_pcl_trains_with_prototypes_and_its_concentration(tmp_path):
     torch.manual_seed(0)
     cfg = digits_config(str(tmp_path), dict(type='PCL', temperature=0.5), max_epochs=1,
-                        pseudo_labels=dict(num_clusters=[10, 20], scheme='constant',
-                                           confidence='pcl', kmeans=dict(nredo=1, niter=10)))
+                        pseudo_labels=dict(num_clusters=[10, 20],
+                                           acceptance=dict(type='ConstantAcceptance'),
+                                           score='pcl', kmeans=dict(nredo=1, niter=10)))
     runner = _train(cfg)
     proto = np.asarray(runner.message_hub.get_scalar('train/loss_proto').data[0])
     assert (proto > 0).all(), 'the prototype term is active from the first (constant) round'

@@ -1,5 +1,9 @@
 # IFND with confident labels (./ifnd_confident_r18_8e_digits.py) and hard negative weighting of the
-# negatives it keeps: evidence-accepted detection beside the best label-free weighting.
-_base_ = ['./ifnd_confident_r18_8e_digits.py', '../_base_/hard_negatives.py']
+# negatives it keeps: evidence-accepted detection beside the best label-free weighting. A preset
+# fixes its weighting, so this combination is written with the SimCLR base's parts.
+_base_ = ['./ifnd_r18_8e_digits.py', '../_base_/confident_labels.py', '../_base_/hard_negatives.py']
 
-model = dict(weighting=_base_._hard_weighting)
+model = dict(type='SimCLR', detector=_base_._confident_detector, treatment='elim',
+             weighting=_base_._hard_weighting)
+pseudo_label_hook = dict(_base_.pseudo_label_hook, acceptance=_base_._confident_acceptance_digits)
+custom_hooks = [pseudo_label_hook, _base_.knn_hook, _base_.fn_detection_hook]

@@ -2,6 +2,6 @@
 # where two clustering levels agree (configs/_base_/confident_labels.py).
 _base_ = ['./ifnd_r18_200e_fmnist.py', '../_base_/confident_labels.py']
 
-model = dict(type='SimCLR', detector=_base_._confident_detector, treatment='elim')
-pseudo_label_hook = dict(_base_.pseudo_label_hook, **_base_._confident_acceptance)
+model = dict(agreement=_base_._confident_detector.agreement)
+pseudo_label_hook = dict(_base_.pseudo_label_hook, acceptance=_base_._confident_acceptance)
 custom_hooks = [pseudo_label_hook, _base_.knn_hook, _base_.fn_detection_hook]

@@ -5,5 +5,6 @@ _base_ = ['../simclr/simclr_r50_1000e_cifar100.py', '../_base_/pseudo_labels.py'
 model = dict(type='PCL')
 pseudo_label_hook = dict(
     _base_.pseudo_label_hook, num_clusters=[2500, 5000, 10000], interval=20,
-    scheme='step', step_epoch=100, confidence='pcl', pipeline=_base_.eval_pipeline)
+    acceptance=dict(type='StepAcceptance', step_epoch=100), score='pcl',
+    pipeline=_base_.eval_pipeline)
 custom_hooks = [pseudo_label_hook, _base_.knn_hook]

@@ -1,105 +1,261 @@
-"""Acceptance: which samples' pseudo labels count, by the calendar or by the evidence.
+"""Acceptance: which samples' labels count, by the calendar or by the evidence of a round.
 
-IFND accepts the ⌈r·N⌉ most confident pseudo labels, r following a schedule over the epochs
-(Sec. 3.2): the calendar schemes ``'constant'``, ``'step'`` and ``'linear'``, whose arithmetic is
-here (the build-time checks that name the part and key, and the random-order schedule for any
-detector, stay with the parts in ``ifnd/models/false_negatives/acceptance.py``).
+One registered part (``ACCEPTANCES``), configured the same way wherever it is used:
+``acceptance=dict(type=...)`` on ``PseudoLabelHook`` (IFND, PCL) and on any detector. A part
+ranks what its owner gives it: the clustering round's score (κ, Eq. ``eq:certainty``, or PCL's
+concentration) per level, or, for the detectors that have no score, a seeded random order (the
+schedule-matched oracle). Samples not accepted keep a label of their own, ``-(i + 1)``.
 
-The evidence schemes accept by what a clustering round shows, whatever the epoch:
+By the calendar (Sec. 3.2: the ⌈r·N⌉ highest scores, r following the epochs):
+:class:`ConstantAcceptance`, :class:`StepAcceptance`, :class:`LinearAcceptance`.
+By the evidence of a round, whatever the epoch (only a clustering round can feed these):
+:class:`ConfidentAcceptance` (κ far enough from chance towards certainty) and
+:class:`StableAcceptance` (the cluster a sample's previous cluster became).
 
-- ``'confidence'``: a sample's label at a level when its confidence κ is high enough (the round
-  sets the level's bound: ``threshold`` of the way from chance, 1/k, to 1), so the accepted share
-  grows as the embedding sharpens (:func:`accept_confident`);
-- ``'stability'``: a sample's label when its cluster is the one its cluster of the previous round
-  became, clusters matched across rounds by their members' overlap (:func:`accept_stable`), a
-  label-free estimate of precision.
+A new scheme is one class here, registered, taking its settings as constructor arguments
+(their annotations are what configs and checkpoints may give): docs/methods.md shows one.
 """
+from __future__ import annotations
+
+import inspect
 import math
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ['ACCEPTANCE_SCHEMES', 'CALENDAR_SCHEMES', 'EVIDENCE_SCHEMES', 'acceptance_rate',
-           'idle_schedule', 'unique_labels', 'smallest_accepted', 'accept_confident', 'match_clusters',
-           'accept_stable']
+from ifnd.registry import ACCEPTANCES
+from ifnd.settings import check_number, check_options, check_seed
 
-CALENDAR_SCHEMES = ('constant', 'step', 'linear')
-EVIDENCE_SCHEMES = ('confidence', 'stability')
-ACCEPTANCE_SCHEMES = CALENDAR_SCHEMES + EVIDENCE_SCHEMES
-
-
-def acceptance_rate(epoch: int, max_epochs: int, scheme: str = 'linear', final_rate: float = 1.0,
-                    step_epoch: int = 0) -> float:
-    """Fraction of the samples to accept at ``epoch``.
-
-    ``'constant'``: ``final_rate``; ``'step'``: 0 before ``step_epoch``, then ``final_rate``;
-    ``'linear'``: ``final_rate * epoch / max_epochs`` clamped to ``[0, final_rate]``.
-    """
-    # The settings the arithmetic cannot take; the parts check types and name their key at build.
-    if not isinstance(scheme, str) or scheme not in CALENDAR_SCHEMES:
-        raise ValueError(f'an acceptance rate is the calendar schemes\' {CALENDAR_SCHEMES}, got '
-                         f'{scheme!r}')
-    if not 0.0 <= final_rate <= 1.0:
-        raise ValueError(f'acceptance final_rate must be in [0, 1], got {final_rate!r}')
-    if step_epoch < 0:
-        raise ValueError(f'acceptance step_epoch must be >= 0, got {step_epoch!r}')
-    if scheme == 'constant':
-        return float(final_rate)
-    if scheme == 'step':
-        return 0.0 if epoch < step_epoch else float(final_rate)
-    if max_epochs <= 0:
-        raise ValueError(f'max_epochs must be positive for the linear scheme, got {max_epochs}')
-    return float(min(max(final_rate * epoch / max_epochs, 0.0), final_rate))
+__all__ = ['Acceptance', 'CalendarAcceptance', 'ConstantAcceptance', 'StepAcceptance',
+           'LinearAcceptance', 'ConfidentAcceptance', 'StableAcceptance', 'build_acceptance',
+           'unique_labels', 'accept_count', 'accept_top', 'match_clusters']
 
 
-def idle_schedule(owner: str, max_epochs: int, scheme: str, final_rate: float, step_epoch: int,
-                  interval: int) -> str | None:
-    """Why a run of ``max_epochs`` ends before the schedule accepts a sample, or None.
-
-    Epoch e trains with the rate of the last update, after ``e - e % interval`` epochs (IFND's
-    last clustering round): a step or an interval past the run's end leaves every rate 0. The
-    evidence schemes are never idle by the calendar.
-    """
-    if scheme in EVIDENCE_SCHEMES:
-        return None
-    for epoch in range(max_epochs):
-        if acceptance_rate(epoch - epoch % interval, max_epochs, scheme, final_rate, step_epoch):
-            return None
-    return (f'{owner} (scheme={scheme!r}, final_rate={final_rate:g}, step_epoch={step_epoch}, '
-            f'interval={interval}) accepts no sample before the run ends (train_cfg.max_epochs='
-            f'{max_epochs})')
-
-
-def unique_labels(num: int, device: torch.device) -> Tensor:
+def unique_labels(num: int, device: torch.device | str | None = None) -> Tensor:
     """Labels ``-(i + 1)``: no two samples share one, none equals a cluster id."""
     return -(torch.arange(num, device=device) + 1)
 
 
-def smallest_accepted(labels: Tensor, confidence: Tensor) -> float:
-    """The smallest confidence among the accepted labels (``>= 0``), ``+inf`` when none is."""
+def _smallest(labels: Tensor, scores: Tensor) -> float:
+    """The smallest score among the accepted labels (``>= 0``), ``+inf`` when none is."""
     kept = labels >= 0
-    return float(confidence[kept].double().min()) if bool(kept.any()) else math.inf
+    return float(scores[kept].double().min()) if bool(kept.any()) else math.inf
 
 
-def _check_assignments(assignments: Tensor, other: Tensor, name: str) -> None:
+def _check_pair(assignments: Tensor, other: Tensor, name: str) -> None:
     if assignments.ndim != 1 or other.shape != assignments.shape:
         raise ValueError(f'assignments and {name} must both be [N], got {tuple(assignments.shape)} '
                          f'and {tuple(other.shape)}')
 
 
-def accept_confident(assignments: Tensor, confidence: Tensor,
-                     threshold: float) -> tuple[Tensor, float]:
-    """Keep the cluster ids of the samples whose confidence is at least ``threshold``.
+def accept_count(rate: float, num: int) -> int:
+    """⌈rate·num⌉, rounded first: 0.3 * 10 = 3.0000000000000004 is 3, not 4."""
+    return min(num, max(0, math.ceil(round(rate * num, 6))))
 
-    The others get ``-(i + 1)``; NaN confidences are never accepted. Returns ``(labels [N] int64,
-    the smallest accepted confidence)`` (``+inf`` when nothing is accepted), as ``accept_labels``.
+
+def accept_top(assignments: Tensor, scores: Tensor, count: int) -> tuple[Tensor, float]:
+    """Keep the cluster ids of the ``count`` highest-scoring samples; the rest get ``-(i + 1)``.
+
+    Ties go to the lower index, NaN ranks last. Returns ``(labels [N] int64, the smallest accepted
+    score)``, ``+inf`` when nothing is accepted.
     """
-    _check_assignments(assignments, confidence, 'confidence')
-    scores = confidence.detach().to(assignments.device).double()
-    accepted = scores >= threshold  # NaN compares False
-    labels = torch.where(accepted, assignments.long(),
-                         unique_labels(len(assignments), assignments.device))
-    return labels, smallest_accepted(labels, scores)
+    _check_pair(assignments, scores, 'scores')
+    assignments = assignments.long()
+    if len(assignments) and int(assignments.min()) < 0:
+        raise ValueError('cluster assignments must be >= 0')
+    labels = unique_labels(len(assignments), assignments.device)
+    if count <= 0:
+        return labels, math.inf
+    ranked = torch.nan_to_num(scores.detach().to(assignments.device).double(), nan=-math.inf)
+    # Stable descending sort: equal scores keep index order, i.e. lower index first.
+    order = torch.sort(ranked, descending=True, stable=True).indices[:count]
+    labels[order] = assignments[order]
+    return labels, float(ranked[order[-1]])
+
+
+class Acceptance:
+    """Base of the schemes: per level, which samples' cluster ids count.
+
+    The owner calls :meth:`set_epoch` before it asks, :meth:`accept` once per level with every
+    sample's cluster and score, and :meth:`end_round` with the round's assignments. A scheme that
+    keeps state across rounds returns it from :meth:`state_dict` (saved in the checkpoints).
+    """
+
+    needs_round = False  # True: decides by a clustering round's evidence (no random order)
+    scores: tuple[str, ...] | None = None  # the score kinds it reads; None: any ranking
+
+    def __init__(self) -> None:
+        self.owner = type(self).__name__  # the owner's name in messages, set by build_acceptance
+
+    def check(self) -> None:
+        """Refuse settings out of range, naming the owner and key (none here)."""
+
+    def set_epoch(self, epochs_done: int, max_epochs: int) -> None:
+        """The epochs done when the owner next asks."""
+
+    @property
+    def rate(self) -> float | None:
+        """The share the calendar accepts now; None where the evidence decides."""
+        return None
+
+    def accept(self, level: int, assignments: Tensor, scores: Tensor,
+               num_clusters: int) -> tuple[Tensor, float]:
+        """``(labels [N] int64, the smallest accepted score)`` of one level of ``num_clusters``."""
+        raise NotImplementedError
+
+    def end_round(self, assignments: Sequence[Tensor]) -> None:
+        """The round's assignments per level, after every level was accepted."""
+
+    def reset(self) -> None:
+        """Forget every round before (a fresh start)."""
+
+    def check_samples(self, num_samples: int) -> str | None:
+        """Set aside state of another data set's size; why, or None."""
+        return None
+
+    def idle_reason(self, max_epochs: int, interval: int) -> str | None:
+        """Why a run of ``max_epochs``, asking every ``interval`` epochs, accepts no sample; or None."""
+        return None
+
+    def state_dict(self) -> dict:
+        """What the next rounds need (saved in the checkpoints)."""
+        return {}
+
+    def load_state_dict(self, state: dict, num_clusters: Sequence[int]) -> str | None:
+        """Restore :meth:`state_dict`'s state; a reason it was set aside, or None."""
+        return None
+
+
+class CalendarAcceptance(Acceptance):
+    """The ⌈r·N⌉ highest scores per level, r a function of the epochs done (:meth:`rate_at`).
+
+    ``final_rate``: the share accepted at the end; ``interval``: epochs between rate updates
+    (IFND's clustering interval, for detectors that ask every epoch); ``seed``: the random order
+    of the samples for a detector with no score of its own (None: 0; a clustering round ranks by
+    its score and takes none).
+    """
+
+    def __init__(self, final_rate: float = 1.0, interval: int = 1, seed: int | None = None) -> None:
+        super().__init__()
+        self.final_rate = final_rate
+        self.interval = interval
+        self.seed = seed
+        self._rate = 0.0
+
+    def check(self) -> None:
+        """Refuse settings out of range, naming the owner and key."""
+        check_number(self.owner, 'final_rate', self.final_rate, low=0.0, high=1.0,
+                     hint='the share of the samples accepted at the end')
+        check_number(self.owner, 'interval', self.interval, int, low=1,
+                     hint="epochs between rate updates, IFND's clustering interval")
+        if self.seed is not None:
+            check_seed(self.owner, 'seed', self.seed)
+
+    def rate_at(self, epochs_done: int, max_epochs: int) -> float:
+        """The share accepted after ``epochs_done`` of ``max_epochs`` epochs."""
+        raise NotImplementedError
+
+    @property
+    def rate(self) -> float:
+        return self._rate
+
+    def set_epoch(self, epochs_done: int, max_epochs: int) -> None:
+        self._rate = self.rate_at(epochs_done - epochs_done % self.interval, max_epochs)
+
+    def accept(self, level: int, assignments: Tensor, scores: Tensor,
+               num_clusters: int) -> tuple[Tensor, float]:
+        return accept_top(assignments, scores, accept_count(self._rate, len(assignments)))
+
+    def settings(self) -> str:
+        """The settings that decide the calendar, for messages."""
+        return f'final_rate={self.final_rate:g}'
+
+    def idle_reason(self, max_epochs: int, interval: int) -> str | None:
+        # Epoch e trains with the rate of the owner's last update, after e - e % interval epochs,
+        # which this scheme floors to its own interval.
+        def asked(epoch: int) -> int:
+            done = epoch - epoch % interval
+            return done - done % self.interval
+
+        if any(self.rate_at(asked(e), max_epochs) for e in range(max_epochs)):
+            return None
+        return (f'{self.owner} ({self.settings()}, interval={max(interval, self.interval)}) accepts no sample before the run ends '
+                f'(train_cfg.max_epochs={max_epochs})')
+
+
+@ACCEPTANCES.register_module()
+class ConstantAcceptance(CalendarAcceptance):
+    """``final_rate`` from the first round on."""
+
+    def rate_at(self, epochs_done: int, max_epochs: int) -> float:
+        return float(self.final_rate)
+
+
+@ACCEPTANCES.register_module()
+class StepAcceptance(CalendarAcceptance):
+    """Nothing before ``step_epoch`` epochs, then ``final_rate`` (PCL, DeepCluster)."""
+
+    def __init__(self, step_epoch: int = 0, final_rate: float = 1.0, interval: int = 1,
+                 seed: int | None = None) -> None:
+        super().__init__(final_rate, interval, seed)
+        self.step_epoch = step_epoch
+
+    def check(self) -> None:
+        super().check()
+        check_number(self.owner, 'step_epoch', self.step_epoch, int, low=0,
+                     hint='the epoch acceptance starts at')
+
+    def settings(self) -> str:
+        return f'step_epoch={self.step_epoch}, {super().settings()}'
+
+    def rate_at(self, epochs_done: int, max_epochs: int) -> float:
+        return 0.0 if epochs_done < self.step_epoch else float(self.final_rate)
+
+
+@ACCEPTANCES.register_module()
+class LinearAcceptance(CalendarAcceptance):
+    """``final_rate · epoch / max_epochs``: the paper's IFND."""
+
+    def rate_at(self, epochs_done: int, max_epochs: int) -> float:
+        if max_epochs <= 0:
+            raise ValueError(f'max_epochs must be positive for {type(self).__name__}, got '
+                             f'{max_epochs}')
+        return float(min(max(self.final_rate * epochs_done / max_epochs, 0.0), self.final_rate))
+
+
+@ACCEPTANCES.register_module()
+class ConfidentAcceptance(Acceptance):
+    """The labels whose κ is at least ``certainty_share`` of the way from chance to certainty.
+
+    Chance is κ = 1/k at a level of k clusters, certainty κ = 1, so one setting means the same at
+    every level; the accepted share grows as the embedding sharpens. NaN is never accepted.
+    """
+
+    needs_round = True
+    scores = ('kappa',)
+
+    def __init__(self, certainty_share: float = 0.5) -> None:
+        super().__init__()
+        self.certainty_share = certainty_share
+
+    def check(self) -> None:
+        """Refuse a share outside [0, 1), naming the owner."""
+        check_number(self.owner, 'certainty_share', self.certainty_share, low=0.0, high=1.0,
+                     high_open=True,
+                     hint="how far from chance (1/k) to certainty κ must be for a label to be "
+                     'accepted; 1 asks for certainty, which κ (a softmax) never reaches, so nothing '
+                     'would be')
+
+    def accept(self, level: int, assignments: Tensor, scores: Tensor,
+               num_clusters: int) -> tuple[Tensor, float]:
+        _check_pair(assignments, scores, 'scores')
+        chance = 1.0 / num_clusters
+        bound = chance + self.certainty_share * (1.0 - chance)
+        ranked = scores.detach().to(assignments.device).double()
+        labels = torch.where(ranked >= bound, assignments.long(),  # NaN compares False
+                             unique_labels(len(assignments), assignments.device))
+        return labels, _smallest(labels, ranked)
 
 
 def match_clusters(assignments: Tensor, previous: Tensor) -> Tensor:
@@ -108,7 +264,7 @@ def match_clusters(assignments: Tensor, previous: Tensor) -> Tensor:
     Ties go to the lower previous id; a cluster with no member maps to -1. Returns ``[k]`` int64
     with k = ``assignments.max() + 1``.
     """
-    _check_assignments(assignments, previous, 'previous')
+    _check_pair(assignments, previous, 'previous')
     assignments, previous = assignments.long().cpu(), previous.long().cpu()
     if assignments.numel() == 0:
         return torch.empty(0, dtype=torch.long)
@@ -118,17 +274,93 @@ def match_clusters(assignments: Tensor, previous: Tensor) -> Tensor:
     return torch.where(overlap.sum(dim=1) > 0, best, -1)
 
 
-def accept_stable(assignments: Tensor, previous: Tensor | None) -> tuple[Tensor, float]:
-    """Keep the cluster ids of the samples whose previous cluster is the one their cluster matches.
+@ACCEPTANCES.register_module()
+class StableAcceptance(Acceptance):
+    """The labels whose cluster is the one their cluster of the previous round became.
 
-    ``previous``: the last round's assignments at this level (None in the first round: nothing is
-    accepted). Returns ``(labels [N] int64, the accepted share)``.
+    Clusters are matched across rounds by their members' overlap (:func:`match_clusters`): a
+    label-free estimate of precision. The first round accepts nothing. The previous round's
+    assignments travel in the checkpoints, so a resumed run decides as the uninterrupted one.
     """
-    num = len(assignments)
-    unique = unique_labels(num, assignments.device)
-    if previous is None:
-        return unique, 0.0
-    match = match_clusters(assignments, previous).to(assignments.device)
-    stable = match[assignments.long()] == previous.to(assignments.device).long()
-    labels = torch.where(stable, assignments.long(), unique)
-    return labels, float(stable.float().mean()) if num else 0.0
+
+    needs_round = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._previous: list[Tensor] | None = None
+
+    def accept(self, level: int, assignments: Tensor, scores: Tensor,
+               num_clusters: int) -> tuple[Tensor, float]:
+        num = len(assignments)
+        previous = None if self._previous is None else self._previous[level]
+        if previous is not None and len(previous) != num:
+            raise ValueError(f'the previous round holds {len(previous)} samples, this one {num}')
+        unique = unique_labels(num, assignments.device)
+        if previous is None:
+            return unique, math.inf
+        match = match_clusters(assignments, previous).to(assignments.device)
+        stable = match[assignments.long()] == previous.to(assignments.device).long()
+        labels = torch.where(stable, assignments.long(), unique)
+        return labels, _smallest(labels, scores.detach().to(assignments.device).double())
+
+    def end_round(self, assignments: Sequence[Tensor]) -> None:
+        self._previous = [assigned.detach().cpu().long().clone() for assigned in assignments]
+
+    def reset(self) -> None:
+        self._previous = None
+
+    def check_samples(self, num_samples: int) -> str | None:
+        if self._previous is None or all(len(a) == num_samples for a in self._previous):
+            return None
+        sizes = [len(a) for a in self._previous]
+        self._previous = None
+        return (f"the previous round's assignments hold {sizes} samples, not the {num_samples} of "
+                'this data set: set aside, this round accepts nothing (as a first round)')
+
+    def state_dict(self) -> dict:
+        return {} if self._previous is None else {'previous': list(self._previous)}
+
+    def load_state_dict(self, state: dict, num_clusters: Sequence[int]) -> str | None:
+        # Cluster ids of each level's k: damaged state (negative or huge ids, which would size the
+        # rounds' tables) is set aside, never used; the sizes are checked against the data later.
+        previous = state.get('previous') if isinstance(state, dict) else None
+        if previous is None:
+            return None
+        fits = isinstance(previous, list) and len(previous) == len(num_clusters) and all(
+            isinstance(a, torch.Tensor) and a.ndim == 1 and a.dtype == torch.long
+            and (a.numel() == 0 or (int(a.min()) >= 0 and int(a.max()) < k))
+            for a, k in zip(previous, num_clusters))
+        if not fits:
+            return ("the checkpoint's previous-round assignments do not fit this run's "
+                    f'{len(num_clusters)} levels (cluster ids in [0, k) for num_clusters='
+                    f'{list(num_clusters)}): set aside, the next round accepts nothing (as a first '
+                    'round)')
+        self._previous = previous
+        return None
+
+
+def build_acceptance(config: object, owner: str, by_round: bool = True) -> Acceptance:
+    """The scheme ``config`` (``dict(type=..., **settings)``) names, its settings checked.
+
+    ``owner`` names the part in messages; ``by_round``: the owner runs clustering rounds (else
+    it has no score, and the evidence schemes are refused).
+    """
+    if not isinstance(config, dict) or 'type' not in config:
+        raise TypeError(f'{owner} must be a dict(type=..., ...) naming one of '
+                        f'{", ".join(ACCEPTANCES.module_dict)}, got {config!r}')
+    kind = config['type']
+    cls = ACCEPTANCES.module_dict.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f'{owner} type must be one of {", ".join(ACCEPTANCES.module_dict)}, got '
+                         f'{kind!r}')
+    if cls.needs_round and not by_round:
+        calendar = [name for name, c in ACCEPTANCES.module_dict.items() if not c.needs_round]
+        raise ValueError(f"{owner} {kind} accepts by a clustering round's evidence, and this "
+                         'owner has none (it orders the samples at random): use it on '
+                         f"PseudoLabelHook (IFND, PCL), or one of {', '.join(calendar)} here")
+    settings = {key: value for key, value in config.items() if key != 'type'}
+    check_options(f'{owner} {kind}', settings, dict.fromkeys(inspect.signature(cls).parameters))
+    scheme = cls(**settings)
+    scheme.owner = f'{owner} {kind}'
+    scheme.check()
+    return scheme

@@ -1,8 +1,8 @@
 """One clustering round of IFND: features in; pseudo labels, confidences and statistics out.
 
-A round is multi-level k-means, then per level the confidence of every sample (κ, Eq.
-``eq:certainty``, or PCL's per-cluster concentration) and the acceptance of the most confident
-``ceil(rate * N)`` labels. It needs no Runner: PseudoLabelHook runs it on the training set's
+A round is multi-level k-means, then per level the score of every sample (κ, Eq.
+``eq:certainty``, or PCL's per-cluster concentration) and the round's acceptance of labels by it
+(``acceptance.py``: the ``ceil(rate * N)`` highest scores, or the round's evidence). It needs no Runner: PseudoLabelHook runs it on the training set's
 features, benchmarks/clustering_cost.py on random ones, and both get the same labels.
 
 Sharded (``num_samples`` given), every process holds the rows ``shard_index(num_samples)`` of the
@@ -23,17 +23,18 @@ from torch import Tensor
 
 from ifnd.dist import gather_shards, shard_index
 
-from .acceptance import EVIDENCE_SCHEMES, accept_confident, accept_stable, smallest_accepted
+from .acceptance import Acceptance
 from .kmeans import (BACKEND_TABLE, check_kmeans_options, kmeans_options, multi_level_kmeans,
                      resolve_backend, sharding_backend)
-from .pseudo_labels import accept_labels, cluster_confidence, confidence, pcl_concentration
+from .scores import cluster_confidence, confidence, pcl_concentration
 
-__all__ = ['CONFIDENCES', 'ROUND_SET_KMEANS_OPTIONS', 'ClusteringRound', 'round_kmeans_options',
+__all__ = ['SCORES', 'ROUND_SET_KMEANS_OPTIONS', 'ClusteringRound', 'round_kmeans_options',
            'check_round_options', 'plan_round', 'round_seed', 'clustering_round', 'pad_levels',
            'broadcast_round']
 
-# 'kappa': IFND's per-sample κ; 'pcl': PCL's per-cluster concentration, tighter clusters first.
-CONFIDENCES = ('kappa', 'pcl')
+# What acceptance ranks by. 'kappa': IFND's per-sample κ; 'pcl': PCL's per-cluster concentration,
+# tighter clusters first.
+SCORES = ('kappa', 'pcl')
 # kmeans() options a round sets itself: the seed (per round and level), the features' device and,
 # when sharded, each process's rows.
 ROUND_SET_KMEANS_OPTIONS = ('seed', 'device', 'sample_index')
@@ -47,7 +48,7 @@ class ClusteringRound:
 
     labels: Tensor  # [levels, N] int64: the accepted cluster ids, -(i + 1) for the others
     assignments: list[Tensor]  # per level [N] int64: every sample's cluster
-    confidences: list[Tensor]  # per level [N] float32: the confidence acceptance ranked by
+    scores: list[Tensor]  # per level [N] float32: the score acceptance ranked by
     centroids: list[Tensor]  # per level [k, D] float32, L2-normalised, on the features' device
     concentrations: list[Tensor]  # per level [k]: PCL's φ where computed, else ones
     stats: dict  # timings, where k-means ran, and per level sizes and acceptance (JSON-ready)
@@ -60,7 +61,7 @@ def round_kmeans_options() -> dict[str, type]:
             'sharded': bool | None}
 
 
-def check_round_options(confidence_kind: str, kmeans: dict | None,
+def check_round_options(score: str, kmeans: dict | None,
                         owner: str = 'the clustering round') -> tuple[dict, bool | None]:
     """Check a round's settings once, before any round: ``(k-means options, sharded)``.
 
@@ -68,7 +69,7 @@ def check_round_options(confidence_kind: str, kmeans: dict | None,
     (defaults filled in), ``sharded`` apart: None (sharded where several processes run the torch
     backend), True or False. ``owner`` names the caller in the error messages.
     """
-    _check_confidence_kind(confidence_kind)
+    _check_score(score)
     options = dict(kmeans or {})
     sharded = options.pop('sharded', None)
     if sharded not in (None, True, False):
@@ -91,9 +92,9 @@ def check_round_options(confidence_kind: str, kmeans: dict | None,
             if name not in ROUND_SET_KMEANS_OPTIONS}, sharded
 
 
-def _check_confidence_kind(kind: str) -> None:
-    if kind not in CONFIDENCES:
-        raise ValueError(f'confidence must be one of {CONFIDENCES}, got {kind!r}')
+def _check_score(kind: str) -> None:
+    if kind not in SCORES:
+        raise ValueError(f'score must be one of {SCORES}, got {kind!r}')
 
 
 def plan_round(backend: str, sharded: bool | None, device: torch.device | str,
@@ -116,24 +117,21 @@ def round_seed(seed: int, round_number: int) -> int:
     return seed + _ROUND_SEED_STRIDE * round_number
 
 
-def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: float,
+def clustering_round(features: Tensor, num_clusters: Sequence[int], *, acceptance: Acceptance,
                      temperature: float, seed: int, kmeans: dict | None = None,
-                     confidence_kind: str = 'kappa', concentration_temperature: float | None = None,
-                     num_samples: int | None = None, evidence: str | None = None,
-                     threshold: float | None = None,
-                     previous: Sequence[Tensor] | None = None) -> ClusteringRound:
-    """Cluster ``features`` at every level of ``num_clusters`` and accept the most confident labels.
+                     score: str = 'kappa', concentration_temperature: float | None = None,
+                     num_samples: int | None = None) -> ClusteringRound:
+    """Cluster ``features`` at every level of ``num_clusters`` and accept labels by their scores.
 
-    ``rate``: the fraction accepted per level; ``temperature``: τ of κ; ``seed``: the round's
-    k-means seed (see :func:`round_seed`); ``kmeans``: options of :func:`ifnd.clustering.kmeans`
-    (checked by :func:`check_round_options`); ``confidence_kind``: one of ``CONFIDENCES``;
-    ``concentration_temperature``: also compute PCL's concentration φ, rescaled to this mean τ
-    (always computed for ``confidence_kind='pcl'``, which ranks by it); ``num_samples``: the
+    ``acceptance``: the scheme (``acceptance.py``), its epoch already set; it sees the round's
+    assignments at the end (:meth:`Acceptance.end_round`). ``temperature``: τ of κ; ``seed``: the
+    round's k-means seed (see :func:`round_seed`); ``kmeans``: options of
+    :func:`ifnd.clustering.kmeans` (checked by :func:`check_round_options`); ``score``: one of
+    ``SCORES``; ``concentration_temperature``: also compute PCL's concentration φ, rescaled to
+    this mean τ (always computed for ``score='pcl'``, which ranks by it); ``num_samples``: the
     features are this process's shard of that many samples (see the module's notes).
-    ``evidence``, ``threshold``, ``previous``: acceptance by the evidence (:func:`accept_level`)
-    instead of the ⌈rate·N⌉ most confident; ``previous``: the last round's assignments per level.
     """
-    _check_confidence_kind(confidence_kind)
+    _check_score(score)
     sharded = num_samples is not None
     num = num_samples if sharded else features.shape[0]
     index = shard_index(num).to(features.device) if sharded else None
@@ -147,53 +145,34 @@ def clustering_round(features: Tensor, num_clusters: Sequence[int], *, rate: flo
         return (gather_shards(x, num) if sharded else x).cpu()
 
     phi_temperature = concentration_temperature
-    if phi_temperature is None and confidence_kind == 'pcl':
+    if phi_temperature is None and score == 'pcl':
         phi_temperature = temperature  # φ's scale does not change the ranking
-    labels, assignments, confidences, concentrations, levels = [], [], [], [], []
+    labels, assignments, scores, concentrations, levels = [], [], [], [], []
     confidence_s = 0.0
     for k, res in zip(num_clusters, results):
         tic = time.perf_counter()
         phi = torch.ones(k) if phi_temperature is None else pcl_concentration(
             features, res.centroids, res.assignments, phi_temperature, sharded=sharded)
-        if confidence_kind == 'kappa':
-            kappa = confidence(features, res.centroids, res.assignments, temperature)
+        if score == 'kappa':
+            ranked = confidence(features, res.centroids, res.assignments, temperature)
         else:
-            kappa = cluster_confidence(phi, res.assignments)
-        assigned, kappa = gather(res.assignments), gather(kappa)
-        accepted, smallest = accept_level(assigned, kappa, rate, evidence, threshold,
-                                          None if previous is None else previous[len(labels)], k)
+            ranked = cluster_confidence(phi, res.assignments)
+        assigned, ranked = gather(res.assignments), gather(ranked)
+        accepted, smallest = acceptance.accept(len(labels), assigned, ranked, k)
         confidence_s += time.perf_counter() - tic
         labels.append(accepted)
         assignments.append(assigned)
-        confidences.append(kappa)
+        scores.append(ranked)
         concentrations.append(phi)
         levels.append(_level_stats(k, assigned, accepted, smallest))
+    acceptance.end_round(assignments)
     first = results[0]
     stats = {'seconds_kmeans': kmeans_s, 'kmeans_backend': first.backend,
              'kmeans_device': first.device, 'kmeans_processes': first.num_shards,
              'levels': levels, 'seconds_confidence': confidence_s}
     return ClusteringRound(labels=torch.stack(labels), assignments=assignments,
-                           confidences=confidences, centroids=[r.centroids for r in results],
+                           scores=scores, centroids=[r.centroids for r in results],
                            concentrations=concentrations, stats=stats)
-
-
-def accept_level(assigned: Tensor, kappa: Tensor, rate: float, evidence: str | None = None,
-                 threshold: float | None = None, previous: Tensor | None = None,
-                 k: int | None = None) -> tuple[Tensor, float]:
-    """One level's accepted labels (others ``-(i + 1)``) and the smallest accepted κ.
-
-    ``'confidence'``: ``threshold`` is the share of the way from chance (κ = 1/k, the level's k)
-    to certainty (κ = 1) a label's κ must reach, so one setting means the same at every level.
-    """
-    if evidence is None:
-        return accept_labels(assigned, kappa, rate)
-    if evidence == 'confidence':
-        chance = 1.0 / k
-        return accept_confident(assigned, kappa, chance + threshold * (1.0 - chance))
-    if evidence == 'stability':
-        labels, _ = accept_stable(assigned, previous)
-        return labels, smallest_accepted(labels, kappa)
-    raise ValueError(f'evidence must be None or one of {EVIDENCE_SCHEMES}, got {evidence!r}')
 
 
 def pad_levels(centroids: Sequence[Tensor], concentrations: Sequence[Tensor],
@@ -230,11 +209,11 @@ def broadcast_round(result: ClusteringRound | None, num_clusters: Sequence[int],
     return labels, centroids, concentration
 
 
-def _level_stats(k: int, assignments: Tensor, accepted: Tensor, threshold: float) -> dict:
-    """Cluster sizes and acceptance of one level."""
+def _level_stats(k: int, assignments: Tensor, accepted: Tensor, smallest: float) -> dict:
+    """Cluster sizes and acceptance of one level (``smallest``: the smallest accepted score)."""
     sizes = torch.bincount(assignments, minlength=k).float()
     kept = accepted[accepted >= 0]
     return {'k': k, 'accept_rate': float((accepted >= 0).float().mean()),
-            'kappa_threshold': threshold, 'clusters_used': int(kept.unique().numel()),
+            'smallest_accepted': smallest, 'clusters_used': int(kept.unique().numel()),
             'size_min': float(sizes.min()), 'size_median': float(sizes.median()),
             'size_max': float(sizes.max())}

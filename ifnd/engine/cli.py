@@ -12,7 +12,7 @@ from ifnd.engine.arguments import check_arguments
 from ifnd.engine.config_checks import check_cfg_options, check_cfg_types, check_top_level_keys
 from ifnd.engine.config_files import load_config
 from ifnd.engine.optim import amp_options
-from ifnd.models.former_names import translate_former_names
+from ifnd.models.former_names import translate_former_config
 
 
 def runner_config(config: str, work_dir: str | None = None, resume: str | None = None,
@@ -32,11 +32,13 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
     if cfg_options:
         check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
-    if isinstance(cfg.get('model'), dict):
-        try:
-            cfg.model = translate_former_names(cfg.model, f'config {config}')
-        except ValueError as err:
-            raise SystemExit(f'error: {err}') from None
+    try:
+        translated = translate_former_config(cfg.to_dict(), f'config {config}')
+    except ValueError as err:
+        raise SystemExit(f'error: {err}') from None
+    for key in ('model', 'custom_hooks'):
+        if key in translated and translated[key] is not cfg.get(key):
+            cfg[key] = translated[key]
     check_top_level_keys(cfg)
     check_cfg_types(cfg)
     if work_dir is not None:

@@ -182,7 +182,9 @@ def _takes_keyword(node: dict, name: str) -> bool:
         params = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):
         return True
-    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+    from ifnd.models.former_names import FORMER_HOOK_KEYS  # read as the current names on load
+    return name in FORMER_HOOK_KEYS.get(getattr(cls, '__name__', ''), ()) or any(
+        p.name == name or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def _dict_options(node: dict) -> dict[str, typing.Collection[str]]:
@@ -190,6 +192,19 @@ def _dict_options(node: dict) -> dict[str, typing.Collection[str]]:
     cls = node.get('type')
     cls = _registered_class(cls) if isinstance(cls, str) else cls
     return dict(getattr(cls, 'config_dict_options', {})) if cls is not None else {}
+
+
+def _node(tree: typing.Any, path: list[str]) -> typing.Any:
+    """The value at a dotted ``--cfg-options`` path of a config tree, or None."""
+    node = tree
+    for part in path:
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            node = node.get(part)
+        else:
+            return None
+    return node
 
 
 def check_cfg_options(cfg: Config, options: dict) -> None:
@@ -200,6 +215,13 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
     """
     runner_args = set(inspect.signature(Runner).parameters)
     tree = cfg.to_dict()
+    # A part's new type decides which keys it takes: `acceptance.type=StepAcceptance
+    # acceptance.step_epoch=100` is checked against StepAcceptance.
+    for key, value in options.items():
+        *path, last = key.split('.')
+        node = _node(tree, path)
+        if last == 'type' and isinstance(node, dict) and 'type' in node:
+            node['type'] = value
     for key in options:
         parts = key.split('.')
         node = tree

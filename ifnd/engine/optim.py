@@ -4,9 +4,15 @@ from collections.abc import Iterator
 
 import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from timm.optim import Lars
 from torch import nn
 
-from ifnd.registry import OPTIM_WRAPPERS
+from ifnd.registry import OPTIM_WRAPPERS, OPTIMIZERS
+
+# LARS for large-batch SimCLR/IFND: timm's maintained implementation. Parameters with
+# weight_decay 0 (BN and biases through paramwise_cfg) skip the trust-ratio adaptation, as in SimCLR.
+# Registered here, where the optimisers are (OPTIMIZERS imports this package on demand).
+OPTIMIZERS.register_module(name='LARS', module=Lars)
 
 # AmpOptimWrapper's keywords that a plain OptimWrapper does not take.
 _AMP_ONLY = ('dtype', 'loss_scale', 'use_fsdp')

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from ifnd.fileio import (check_open_file, check_plain_file, checkpoint_config, config_to_data, open_plain,
                          read_checkpoint)
+from ifnd.models.former_names import translate_former_config
 
 # The exact names a training run writes: checkpoints and last_checkpoint in the work dir, every
 # round's pseudo labels and their summary one folder down. A work dir holds a run when it has a
@@ -167,6 +168,10 @@ def differences_from_run(config: dict, work_dir: str) -> list[str] | None:
     except (OSError, ValueError):
         return None
     if saved is None:
+        return None
+    try:  # a run saved before a rename says the same in its former names
+        saved = translate_former_config(config_to_data(saved), path)
+    except ValueError:
         return None
     ours, theirs = (_flat({k: v for k, v in c.items() if k not in _RESUME_KEYS})
                     for c in (config_to_data(config), config_to_data(saved)))

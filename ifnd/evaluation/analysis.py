@@ -120,8 +120,9 @@ def read_round(path: str) -> dict:
     """One clustering round saved by ``PseudoLabelHook`` (``epoch_NNNN.npz``) as a dict.
 
     Keys: ``labels`` [L, N], ``true_labels`` [N], ``num_clusters`` (list), ``rate``, ``epoch``,
-    ``assignments`` / ``confidence`` / ``centroids`` (lists over the levels; the latter two
-    ``None`` where missing) and ``path``.
+    ``assignments`` / ``scores`` / ``centroids`` (lists over the levels; the latter two
+    ``None`` where missing; rounds saved before the scores had their name call them
+    ``confidence_N``) and ``path``.
     """
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -146,7 +147,7 @@ def read_round(path: str) -> dict:
         num_clusters=[int(k) for k in arrays['num_clusters']], rate=float(arrays['rate']),
         epoch=int(arrays['epoch']),
         assignments=[np.asarray(arrays[f'assignments_{lvl}']) for lvl in range(levels)],
-        confidence=[arrays.get(f'confidence_{lvl}') for lvl in range(levels)],
+        scores=[arrays.get(f'score_{lvl}', arrays.get(f'confidence_{lvl}')) for lvl in range(levels)],
         centroids=[arrays.get(f'centroids_{lvl}') for lvl in range(levels)])
 
 

@@ -8,17 +8,22 @@ import torch
 from mmengine.dist import get_world_size, is_main_process
 from mmengine.hooks import Hook
 
-from ifnd.clustering import (EVIDENCE_SCHEMES, ClusteringRound, acceptance_rate, broadcast_round,
-                             check_round_options, clustering_round, idle_schedule, plan_round,
+from ifnd.clustering import (ClusteringRound, broadcast_round, build_acceptance,
+                             check_round_options, clustering_round, plan_round,
                              round_kmeans_options, round_seed)
 from ifnd.dist import gather_shards
 from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
 from ifnd.evaluation.metrics import cluster_quality, false_negative_rates, pair_precision_recall
 from ifnd.fileio import AtomicLocalBackend, write_json
 from ifnd.fileio.json_files import read_json
-from ifnd.models.false_negatives.acceptance import check_acceptance
 from ifnd.settings import check_number, check_optional, check_seed
 from ifnd.registry import HOOKS
+
+
+# Where a checkpoint keeps the acceptance's state; checkpoints written before acceptance was a part
+# kept StableAcceptance's previous round under the second name.
+ACCEPTANCE_STATE = 'pseudo_label_acceptance'
+FORMER_ACCEPTANCE_STATE = 'pseudo_label_previous'
 
 
 @HOOKS.register_module()
@@ -26,9 +31,9 @@ class PseudoLabelHook(Hook):
     """Clusters the training set before training and every ``interval`` epochs.
 
     Each round: features of all training images under the eval transform (every rank, its
-    shard), multi-level k-means and confidence on rank 0 (or sharded over all ranks), acceptance
-    of the global top ``ceil(r * N)`` per level, broadcast, and an update of the model's label
-    bank.
+    shard), multi-level k-means and scores on rank 0 (or sharded over all ranks), acceptance per
+    level (the paper's: the global top ``ceil(r * N)``), broadcast, and an update of the model's
+    label bank.
 
     ``kmeans``: options of :func:`ifnd.clustering.kmeans` (``backend='auto'`` picks faiss on the
     GPU when faiss has GPU support, else PyTorch k-means on the model's GPU, else faiss on the
@@ -36,14 +41,13 @@ class PseudoLabelHook(Hook):
     k-means steps all-reduce per-centroid sums, κ is computed per shard and only the per-sample
     assignments and confidences are gathered (same labels as one process). Default ``None``:
     sharded when the world size is above 1 and the backend is torch; ``True`` forces the torch
-    backend; ``False`` gathers all features on rank 0. The acceptance rate r follows ``scheme``
-    ('constant', 'step', 'linear'), evaluated at the number of epochs completed; or the round's
-    evidence decides, whatever the epoch: ``scheme='confidence'`` accepts the labels whose κ is
-    ``threshold`` of the way from chance (1/k) to 1 or more, ``'stability'`` those whose cluster
-    is the one their cluster of the previous round became (the previous assignments travel in
-    the checkpoints, so a resumed run decides as the uninterrupted one). ``confidence='kappa'``
-    is IFND's per-sample Eq. (2); ``'pcl'`` is PCL's per-cluster concentration. ``temperature``:
-    τ of κ; None (default) takes the model's loss temperature, the paper's choice. Each round's labels and confidences are saved under
+    backend; ``False`` gathers all features on rank 0. ``acceptance``: a scheme of
+    ``ifnd/clustering/acceptance.py`` (default ``dict(type='LinearAcceptance')``, the paper's),
+    asked at the number of epochs completed; its state (``StableAcceptance``'s previous round)
+    travels in the checkpoints, so a resumed run decides as the uninterrupted one.
+    ``score='kappa'`` ranks by IFND's per-sample Eq. (2); ``'pcl'`` by PCL's per-cluster
+    concentration. ``temperature``: τ of κ; None (default) takes the model's loss temperature,
+    the paper's choice. Each round's labels and scores are saved under
     ``work_dir/pseudo_labels/``; the round itself is :func:`ifnd.clustering.clustering_round`.
 
     Features are extracted in batches of ``batch_size``: by default 2048 where the training set
@@ -59,11 +63,10 @@ class PseudoLabelHook(Hook):
     config_dict_options = {'kmeans': round_kmeans_options()}
 
     def __init__(self, num_clusters: list[int], pipeline: dict | None = None, interval: int = 1,
-                 scheme: str = 'linear', final_rate: float = 1.0, step_epoch: int = 0,
-                 feature: str = 'z', confidence: str = 'kappa', temperature: float | None = None,
-                 kmeans: dict | None = None, seed: int = 0, dataset: dict | None = None,
-                 batch_size: int | None = None, num_workers: int = 2, save_labels: bool = True,
-                 autocast: bool = True, threshold: float | None = None) -> None:
+                 acceptance: dict | None = None, feature: str = 'z', score: str = 'kappa',
+                 temperature: float | None = None, kmeans: dict | None = None, seed: int = 0,
+                 dataset: dict | None = None, batch_size: int | None = None, num_workers: int = 2,
+                 save_labels: bool = True, autocast: bool = True) -> None:
         if not isinstance(num_clusters, (list, tuple)) or not num_clusters:
             raise ValueError(f'PseudoLabelHook num_clusters must be a non-empty list of k, one per '
                              f'level, got {num_clusters!r}; e.g. num_clusters=[10, 30, 100]')
@@ -83,21 +86,15 @@ class PseudoLabelHook(Hook):
         if temperature is not None and not temperature > 0:
             raise ValueError(f'PseudoLabelHook temperature (τ of κ) must be positive, or None for '
                              f"the model's loss temperature, got {temperature}")
-        check_acceptance(scheme, final_rate, step_epoch, owner, threshold)
-        if scheme == 'confidence' and confidence != 'kappa':
-            raise ValueError(f"PseudoLabelHook scheme='confidence' thresholds κ (confidence='kappa'); "
-                             f'confidence={confidence!r} ranks by another score: use a calendar scheme')
+        self.acceptance = self._build_acceptance(acceptance, score)
         check_seed(owner, 'seed', seed)
         # The k-means backend, its options and the sharding are checked here, once.
-        self.kmeans, self.sharded = check_round_options(confidence, kmeans, 'PseudoLabelHook')
+        self.kmeans, self.sharded = check_round_options(score, kmeans, 'PseudoLabelHook')
         self.num_clusters = list(num_clusters)
         self.pipeline = pipeline
         self.interval = interval
-        self.scheme = scheme
-        self.final_rate = final_rate
-        self.step_epoch = step_epoch
         self.feature = feature
-        self.confidence = confidence
+        self.score = score
         self.temperature = temperature
         self.seed = seed
         self.dataset = dataset
@@ -105,9 +102,22 @@ class PseudoLabelHook(Hook):
         self.num_workers = num_workers
         self.save_labels = save_labels
         self.autocast = autocast
-        self.threshold = threshold
         self._dataset = None
-        self._previous: list[torch.Tensor] | None = None  # the last round's assignments ('stability')
+
+    @staticmethod
+    def _build_acceptance(config: dict | None, score: str):
+        """The round's acceptance scheme, refused where it cannot read ``score`` or takes a seed."""
+        owner = 'PseudoLabelHook acceptance'
+        acceptance = build_acceptance(dict(type='LinearAcceptance') if config is None else config,
+                                      owner)
+        if acceptance.scores is not None and score not in acceptance.scores:
+            raise ValueError(f'{owner} {type(acceptance).__name__} reads the score '
+                             f'{" or ".join(acceptance.scores)}; score={score!r} is another: use '
+                             f'score={acceptance.scores[0]!r} or a calendar scheme')
+        if getattr(acceptance, 'seed', None) is not None:
+            raise ValueError(f'{owner} seed={acceptance.seed!r} orders the samples of a detector '
+                             'with no score; the clustering round ranks by its score: remove it')
+        return acceptance
 
     def _data(self, runner):
         if self._dataset is None:
@@ -129,8 +139,7 @@ class PseudoLabelHook(Hook):
                              f'PseudoLabelHook clusters at ({len(self.num_clusters)}: num_clusters='
                              f'{self.num_clusters}), so nothing would be flagged: set agreement to at most '
                              f'{len(self.num_clusters)}, or add levels')
-        idle = idle_schedule('PseudoLabelHook', runner.max_epochs, self.scheme, self.final_rate,
-                             self.step_epoch, self.interval)
+        idle = self.acceptance.idle_reason(runner.max_epochs, self.interval)
         if idle:  # known only now (train_cfg.max_epochs)
             runner.logger.warning(f'{idle}: every sample keeps a label of its own, so the '
                                   'pseudo labels change nothing in this run; lower the setting '
@@ -146,7 +155,7 @@ class PseudoLabelHook(Hook):
                 f'samples) do not match this run (num_clusters={self.num_clusters}, {num} '
                 f'samples): clustering again now, at epoch {runner.epoch}')
         bank.reset(len(self.num_clusters), num)
-        self._previous = None  # a fresh start: no round before this one
+        self.acceptance.reset()  # a fresh start: no round before this one
         self.run_round(runner, runner.epoch)
 
     def after_train_epoch(self, runner) -> None:
@@ -164,9 +173,8 @@ class PseudoLabelHook(Hook):
         model = unwrap_model(runner.model)
         bank = model.label_bank
         dataset = self._data(runner)
-        evidence = self.scheme if self.scheme in EVIDENCE_SCHEMES else None
-        rate = None if evidence else acceptance_rate(epochs_done, runner.max_epochs, self.scheme,
-                                                     self.final_rate, self.step_epoch)
+        self.acceptance.set_epoch(epochs_done, runner.max_epochs)
+        rate = self.acceptance.rate
         device = bank.labels.device
         backend, sharded = self._plan(device)
         tic = time.perf_counter()
@@ -177,27 +185,21 @@ class PseudoLabelHook(Hook):
                                               autocast=self.autocast)
         extract_s = time.perf_counter() - tic
         num = len(dataset)
-        pcl = model.uses_prototypes or self.confidence == 'pcl'
+        pcl = model.uses_prototypes or self.score == 'pcl'
         stats: dict = {}
         result = None  # the round, on the processes that ran it
-        if self._previous is not None and any(len(a) != num for a in self._previous):
-            runner.logger.warning(f"the previous round's assignments hold {[len(a) for a in self._previous]} "
-                                  f'samples, not the {num} of this data set: set aside, this round accepts '
-                                  'nothing (as a first round)')
-            self._previous = None
+        set_aside = self.acceptance.check_samples(num)
+        if set_aside:
+            runner.logger.warning(set_aside)
         if sharded or is_main_process():
             result = clustering_round(
-                feats.to(device), self.num_clusters, rate=rate, evidence=evidence,
-                threshold=self.threshold, previous=self._previous,
+                feats.to(device), self.num_clusters, acceptance=self.acceptance,
                 temperature=float(model.temperature if self.temperature is None
                                   else self.temperature),
                 seed=round_seed(self.seed, epochs_done), kmeans={**self.kmeans, 'backend': backend},
-                confidence_kind=self.confidence,
-                concentration_temperature=float(model.temperature) if pcl else None,
+                score=self.score, concentration_temperature=float(model.temperature) if pcl else None,
                 num_samples=num if sharded else None)
             true_labels = (gather_shards(true_labels, num) if sharded else true_labels).cpu()
-            if self.scheme == 'stability':
-                self._previous = [assigned.clone() for assigned in result.assignments]
         if is_main_process():
             stats = self._report(runner, epochs_done, rate, extract_s, result, true_labels)
         labels, centroids, concentration = broadcast_round(result, self.num_clusters, num,
@@ -224,37 +226,29 @@ class PseudoLabelHook(Hook):
         self._log(runner, stats)
         if self.save_labels:
             saved = {}
-            for level, (assigned, kappa, cents) in enumerate(
-                    zip(result.assignments, result.confidences, result.centroids)):
+            for level, (assigned, scores, cents) in enumerate(
+                    zip(result.assignments, result.scores, result.centroids)):
                 saved[f'assignments_{level}'] = assigned.numpy()
-                saved[f'confidence_{level}'] = kappa.numpy()
+                saved[f'score_{level}'] = scores.numpy()
                 saved[f'centroids_{level}'] = cents.cpu().numpy()
             self._save(runner, stats, result.labels, true_labels, saved)
         return stats
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        """'stability' decides by the last round's assignments: they travel with the checkpoint."""
-        if self.scheme == 'stability' and self._previous is not None:
-            checkpoint['pseudo_label_previous'] = [a.cpu() for a in self._previous]
+        """The acceptance's state (``StableAcceptance``'s last round) travels with the checkpoint."""
+        state = self.acceptance.state_dict()
+        if state:
+            checkpoint[ACCEPTANCE_STATE] = state
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Restore the last round's assignments ('stability'), checked against this run's levels."""
-        previous = checkpoint.get('pseudo_label_previous')
-        if self.scheme != 'stability' or previous is None:
-            return
-        # Cluster ids of each level's k: damaged state (negative or huge ids, which would size the
-        # rounds' tables) is set aside, never used; the sizes are checked against the data at the round.
-        fits = isinstance(previous, list) and len(previous) == len(self.num_clusters) and all(
-            isinstance(a, torch.Tensor) and a.ndim == 1 and a.dtype == torch.long
-            and (a.numel() == 0 or (int(a.min()) >= 0 and int(a.max()) < k))
-            for a, k in zip(previous, self.num_clusters))
-        if not fits:
-            runner.logger.warning("the checkpoint's previous-round assignments do not fit this "
-                                  f"run's {len(self.num_clusters)} levels (cluster ids in [0, k) for "
-                                  f'num_clusters={self.num_clusters}): set aside, the next round '
-                                  'accepts nothing (as a first round)')
-            return
-        self._previous = previous
+        """Restore the acceptance's state, checked against this run's levels (damaged: set aside)."""
+        state = checkpoint.get(ACCEPTANCE_STATE)
+        if state is None and FORMER_ACCEPTANCE_STATE in checkpoint:
+            state = {'previous': checkpoint[FORMER_ACCEPTANCE_STATE]}
+        if state is not None:
+            set_aside = self.acceptance.load_state_dict(state, self.num_clusters)
+            if set_aside:
+                runner.logger.warning(set_aside)
 
     def _log(self, runner, stats: dict) -> None:
         scalars = {f'ifnd/seconds_{part}': stats[f'seconds_{part}']

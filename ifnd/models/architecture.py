@@ -26,7 +26,8 @@ from typing import Any, Callable
 from mmengine.logging import print_log
 
 from ifnd.fileio import checkpoint_config, config_data
-from ifnd.registry import MODELS, parameter_types
+from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
+from ifnd.registry import ACCEPTANCES, MODELS, parameter_types
 from ifnd.settings import Bound
 from ifnd.models.former_names import translate_former_names
 
@@ -113,15 +114,17 @@ def _timm_name(value: Any) -> str:
     return value
 
 
-def _registered(*bases: str) -> Callable:
-    """A check that a ``type`` names a class registered in ``MODELS`` deriving from one of ``bases``."""
+def _registered(*bases: str, registry=MODELS) -> Callable:
+    """A check that a ``type`` names a class registered in ``registry`` deriving from one of
+    ``bases``; the check keeps the registry (``check.registry``) for the class's other keys."""
     def registered(value: Any) -> str:
-        # The registry's own table, never MODELS.get: for an unknown name mmengine imports it.
-        MODELS.import_from_location()
-        cls = MODELS._module_dict.get(value) if isinstance(value, str) else None
+        # The registry's own table, never registry.get: for an unknown name mmengine imports it.
+        registry.import_from_location()
+        cls = registry._module_dict.get(value) if isinstance(value, str) else None
         if not isinstance(cls, type) or not any(base.__name__ in bases for base in cls.__mro__):
             raise _Refused(f'is not a registered {" or ".join(bases)}')
         return value
+    registered.registry = registry
     return registered
 
 
@@ -131,14 +134,15 @@ BACKBONE_KEYS = dict(type=_registered('TimmBackbone'), model_name=_timm_name, ci
 NECK_KEYS = dict(type=_registered('MLPNeck'), in_dim=_size, hidden_dim=_size, out_dim=_size,
                  num_layers=_bounded(Bound(1, MAX_LAYERS)), with_bn=_flag, with_last_bn=_flag)
 PREPROCESSOR_KEYS = dict(type=_registered('ContrastiveDataPreprocessor'), mean=_reals, std=_reals)
+_KINDS: dict[Any, Callable] = {bool: _flag, int: _count, float: _real, str: _name}
 # The false-negative parts hold no weights but may hold per-sample state (GloFND's thresholds),
-# which a checkpoint's weights carry: kept so those weights load.
-ACCEPTANCE_KEYS = dict(scheme=_name, final_rate=_real, step_epoch=_count, interval=_size,
-                       seed=_count)
+# which a checkpoint's weights carry: kept so those weights load. An acceptance's other keys are
+# its class's constructor parameters.
+ACCEPTANCE_KEYS = dict(type=_registered('Acceptance', registry=ACCEPTANCES))
 # A detector's other keys (alpha, lr, betas, ...) are its class's constructor parameters.
 DETECTOR_KEYS = dict(type=_registered('FalseNegativeDetector'), num_support_views=_size,
                      top_k=_optional(_size), acceptance=ACCEPTANCE_KEYS)
-WEIGHTING_KEYS = dict(type=_name, tau_plus=_real, beta=_real)
+WEIGHTING_KEYS = {key: _KINDS[kind] for key, kind in WEIGHTING_OPTIONS.items()}
 # The algorithm (or Encoder, or linear classifier): its parts, and the settings declared for every
 # model type (keys passed on through **kwargs, narrower kinds); the rest its constructor's.
 MODEL_KEYS = dict(
@@ -157,7 +161,6 @@ NEVER_TAKEN = re.compile(r'path|file|dir|url|download|compile|pretrained|checkpo
 # Parameters that say how a machine runs the model, not what the model is: the reader's own
 # settings decide them (a decoder one machine lacks would make the config unusable on it).
 RUNTIME_KEYS = frozenset({'non_blocking', 'decoder'})
-_KINDS: dict[Any, Callable] = {bool: _flag, int: _count, float: _real, str: _name}
 
 
 def _one_of(names: tuple) -> Callable:
@@ -214,7 +217,7 @@ def _allowed(config: dict, declared: dict) -> dict:
         check(config['type'])
     except _Refused:
         return declared  # _keep refuses the config for its type
-    cls = MODELS._module_dict[config['type']]
+    cls = check.registry._module_dict[config['type']]
     return {**derived_keys(cls), **declared}
 
 

@@ -4,10 +4,18 @@ Configs and checkpoints written before the parts had their names say ``loss_mode
 'elim', 'attr') and ``label_source`` ('none', 'pseudo', 'ground_truth'), and FNC's
 ``strategy``. :func:`translate_former_names` writes them as ``detector=`` and ``treatment=``
 (docs/methods.md) with a one-line notice; nothing else in the package reads them.
+
+Acceptance was once four flat keys of ``PseudoLabelHook`` (``scheme``, ``final_rate``,
+``step_epoch``, ``threshold``) and a detector's ``acceptance=dict(scheme=...)``, and the hook's
+score kind was ``confidence``: :func:`translate_former_hook` and :func:`translate_former_names`
+write them as ``acceptance=dict(type=...)`` and ``score=``, with one notice each.
 """
+import inspect
 import logging
 
 from mmengine.logging import print_log
+
+from ifnd.registry import ACCEPTANCES
 
 FORMER_KEYS = ('loss_mode', 'label_source', 'strategy')
 FORMER_TREATMENTS = {'inst': None, 'elim': 'elim', 'attr': 'attr'}
@@ -63,6 +71,10 @@ def translate_former_names(model: dict | None, source: str) -> dict | None:
     Returns ``model`` itself when it has none of them, else a translated copy and one log line
     naming what ``source`` said and how to write it; a combination with no meaning is refused.
     """
+    if isinstance(model, dict) and 'detector' in model:
+        detector = translate_former_detector(model['detector'], source)
+        if detector is not model['detector']:
+            model = {**model, 'detector': detector}
     if not isinstance(model, dict) or not any(key in model for key in FORMER_KEYS):
         return model
     translated = {k: v for k, v in model.items() if k not in FORMER_KEYS}
@@ -85,4 +97,107 @@ def translate_former_names(model: dict | None, source: str) -> dict | None:
     print_log(f'{source}: read the former {", ".join(f"{k}={v!r}" for k, v in given.items())} of '
               f'{kind} as {written}; write it so (docs/methods.md)', logger='current',
               level=logging.WARNING)
+    return translated
+
+
+# The former acceptance schemes and the part each is now.
+FORMER_SCHEMES = {'constant': 'ConstantAcceptance', 'step': 'StepAcceptance',
+                  'linear': 'LinearAcceptance', 'confidence': 'ConfidentAcceptance',
+                  'stability': 'StableAcceptance'}
+# The hooks' former keys: acceptance's settings, and the score kind.
+FORMER_HOOK_KEYS = {'PseudoLabelHook': ('scheme', 'final_rate', 'step_epoch', 'threshold',
+                                        'confidence')}
+# Former key -> its name on the acceptance part.
+_ACCEPTANCE_RENAMED = {'final_rate': 'final_rate', 'step_epoch': 'step_epoch',
+                       'threshold': 'certainty_share', 'interval': 'interval', 'seed': 'seed'}
+
+
+def _acceptance(current: object, given: dict, source: str) -> tuple[dict, list[str]]:
+    """The acceptance part ``given`` (former keys) makes of ``current`` (a part or None), and the
+    former settings the new part has no use for (they were ignored then too)."""
+    ACCEPTANCES.import_from_location()  # the parts register where they are defined
+    current = dict(current) if isinstance(current, dict) else {}
+    scheme = given.get('scheme')
+    if scheme is None:
+        kind = current.get('type', FORMER_SCHEMES['linear'])
+    elif isinstance(scheme, str) and scheme in FORMER_SCHEMES:
+        kind = FORMER_SCHEMES[scheme]
+    else:
+        kind = None
+    if not isinstance(kind, str) or kind not in ACCEPTANCES.module_dict:
+        raise ValueError(f'{source}: scheme={scheme!r} with acceptance type '
+                         f'{current.get("type")!r} names no acceptance; write acceptance='
+                         f'dict(type=...), one of {", ".join(FORMER_SCHEMES.values())} (the former '
+                         f'schemes {", ".join(FORMER_SCHEMES)}; docs/methods.md)')
+    cls = ACCEPTANCES.module_dict[kind]
+    takes = set(inspect.signature(cls).parameters)
+    part = {'type': kind, **{k: v for k, v in current.items() if k in takes}}
+    unused = []
+    for key, value in given.items():
+        if key == 'scheme':
+            continue
+        name = _ACCEPTANCE_RENAMED[key]
+        if name in takes:
+            part[name] = value
+        elif key == 'threshold':  # refused then too: it meant nothing but for 'confidence'
+            raise ValueError(f"{source}: threshold={value!r} is the former 'confidence' scheme's "
+                             f'(now ConfidentAcceptance(certainty_share=...)); with {kind} remove it')
+        else:
+            unused.append(f'{key}={value!r}')
+    return part, unused
+
+
+def translate_former_hook(hook: object, source: str) -> object:
+    """``hook`` (a hook config) with its former keys written as ``acceptance=`` and ``score=``.
+
+    The former keys win over the part's own: the base configs say ``acceptance=`` and ``score=``,
+    so a former key comes from a user's command or config written over them. Returns ``hook``
+    itself when it has none, else a translated copy and one log line.
+    """
+    if not isinstance(hook, dict) or hook.get('type') not in FORMER_HOOK_KEYS:
+        return hook
+    given = {key: hook[key] for key in FORMER_HOOK_KEYS[hook['type']] if key in hook}
+    if not given:
+        return hook
+    said = ', '.join(f'{k}={v!r}' for k, v in given.items())
+    said_keys = set(given)
+    translated = {k: v for k, v in hook.items() if k not in given}
+    if 'confidence' in given:
+        translated['score'] = given.pop('confidence')
+    unused: list[str] = []
+    if given:
+        translated['acceptance'], unused = _acceptance(hook.get('acceptance'), given, source)
+    written = ', '.join(f'{k}={translated[k]!r}' for k, new in
+                        (('acceptance', bool(given)), ('score', 'confidence' in said_keys)) if new)
+    dropped = f' ({", ".join(unused)}: no setting of it, dropped)' if unused else ''
+    print_log(f'{source}: read the former {said} of {hook["type"]} as {written}{dropped}; write '
+              'it so (docs/methods.md)',
+              logger='current', level=logging.WARNING)
+    return translated
+
+
+def translate_former_detector(detector: object, source: str) -> object:
+    """A detector config whose ``acceptance=dict(scheme=...)`` is written as the part it is now."""
+    if not isinstance(detector, dict) or not isinstance(detector.get('acceptance'), dict) \
+            or 'type' in detector['acceptance']:
+        return detector
+    former = detector['acceptance']
+    unknown = sorted(set(former) - set(_ACCEPTANCE_RENAMED) - {'scheme'}, key=str)
+    if unknown:
+        return detector  # not the former spelling: the part's own check names what is wrong
+    part, unused = _acceptance(None, former, source)
+    dropped = f' ({", ".join(unused)}: no setting of it, dropped)' if unused else ''
+    print_log(f'{source}: read the detector\'s former acceptance={former!r} as acceptance={part!r}'
+              f'{dropped}; write it so (docs/methods.md)', logger='current', level=logging.WARNING)
+    return {**detector, 'acceptance': part}
+
+
+def translate_former_config(config: dict, source: str) -> dict:
+    """A whole config (as a dict) with the model's and the hooks' former names translated."""
+    translated = dict(config)
+    if isinstance(config.get('model'), dict):
+        translated['model'] = translate_former_names(config['model'], source)
+    hooks = config.get('custom_hooks')
+    if isinstance(hooks, (list, tuple)):
+        translated['custom_hooks'] = [translate_former_hook(hook, source) for hook in hooks]
     return translated

@@ -15,13 +15,16 @@ Any other combination is written with the base's own parts, e.g. IFND with hard 
 ``dict(type='SimCLR', detector=dict(type='PseudoLabels'), treatment='elim',
 weighting=dict(type='hard', tau_plus=0.1, beta=1.0))``.
 """
+from typing import Annotated
+
 import torch
 
 from ifnd.models.contrastive import SimCLR
+from ifnd.models.false_negatives.pseudo_labels import AGREEMENT
 from ifnd.settings import check_number
 from ifnd.models.losses import check_debiasing, check_fnc_options, proto_nce_loss
 from ifnd.models.moco import MoCoV2
-from ifnd.registry import MODELS
+from ifnd.registry import MODELS, parameter_types
 
 PARTS = ('detector', 'treatment', 'weighting')
 
@@ -56,24 +59,42 @@ def _weighting(name: str, tau_plus: float, beta: float, kwargs: dict) -> dict:
 
 class _LabelPreset:
     """A preset whose detector is fixed (IFND's pseudo labels, the oracles' classes); its treatment
-    is the preset's own unless ``treatment=`` names another (the paper's attraction ablation)."""
+    is the preset's own unless ``treatment=`` names another (the paper's attraction ablation).
+
+    The detector's own settings are the preset's too: ``IFND(agreement=2)``,
+    ``OracleElim(acceptance=dict(type='LinearAcceptance'))`` (the schedule-matched oracle).
+    """
 
     detector_type: str
     treatment_default: str | None
 
     def __init__(self, backbone: dict, neck: dict, treatment: str | None | _PresetDefault = PRESET,
                  **kwargs) -> None:
-        _fixed_parts(type(self).__name__, kwargs)
+        name = type(self).__name__
+        _fixed_parts(name, kwargs)
+        own = parameter_types(MODELS.get(self.detector_type))
+        settings = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
         treatment = self.treatment_default if treatment is PRESET else treatment
-        detector = None if treatment is None else dict(type=self.detector_type)
+        if treatment is None and settings:
+            raise ValueError(f'{name} with treatment=None flags nothing, so it has no '
+                             f'{self.detector_type} to take {", ".join(settings)}: remove them')
+        detector = None if treatment is None else dict(type=self.detector_type, **settings)
         super().__init__(backbone, neck, detector=detector, treatment=treatment, **kwargs)
 
 
-@MODELS.register_module()
-class IFND(_LabelPreset, SimCLR):
-    """IFND on the SimCLR base: pseudo labels from clustering, false negatives eliminated."""
+class _PseudoLabelPreset(_LabelPreset):
+    """IFND's presets: pseudo labels, eliminated; ``agreement`` as :class:`PseudoLabels` takes it."""
 
     detector_type, treatment_default = 'PseudoLabels', 'elim'
+
+    def __init__(self, backbone: dict, neck: dict, agreement: Annotated[int, AGREEMENT] = 1,
+                 **kwargs) -> None:
+        super().__init__(backbone, neck, agreement=agreement, **kwargs)
+
+
+@MODELS.register_module()
+class IFND(_PseudoLabelPreset, SimCLR):
+    """IFND on the SimCLR base: pseudo labels from clustering, false negatives eliminated."""
 
 
 @MODELS.register_module()
@@ -182,10 +203,8 @@ class FNC(SimCLR):
 
 
 @MODELS.register_module()
-class IFNDMoCo(_LabelPreset, MoCoV2):
+class IFNDMoCo(_PseudoLabelPreset, MoCoV2):
     """IFND on the MoCo v2 base: queue keys sharing the query's pseudo label are eliminated."""
-
-    detector_type, treatment_default = 'PseudoLabels', 'elim'
 
 
 @MODELS.register_module()

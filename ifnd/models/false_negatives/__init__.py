@@ -4,14 +4,13 @@
 - ``detector.py``: the batch a detector sees and the base of all detectors.
 - ``pseudo_labels.py`` (IFND), ``support_views.py`` (FNC), ``glofnd.py`` (GloFND),
   ``ground_truth.py`` (the oracles): one detector each.
-- ``acceptance.py``: the acceptance options' checks and a random-order schedule for any detector (the
-  rate of each scheme is ``ifnd/clustering/acceptance.py``'s).
+- Any detector takes an acceptance scheme (``ifnd/clustering/acceptance.py``, below the models),
+  ranking the samples in a seeded random order.
 - ``treatment.py``: elimination and attraction of flagged negatives; debiased and hard weighting
   of the rest.
 
 The checks of the parts' numeric settings live on the ground floor, ``ifnd/settings.py``.
 """
-from .acceptance import ACCEPTANCE_SCHEMES, AcceptanceSchedule, acceptance_rate
 from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .glofnd import GloFND
 from .ground_truth import GroundTruth
@@ -22,7 +21,7 @@ from .support_views import SupportViews
 from .treatment import TREATMENTS, WEIGHTINGS, build_weighting, check_parts, flagged_loss
 
 __all__ = [
-    'ACCEPTANCE_SCHEMES', 'AcceptanceSchedule', 'acceptance_rate', 'DetectorNeeds',
+    'DetectorNeeds',
     'FalseNegativeDetector', 'NegativeBatch', 'GloFND', 'GroundTruth', 'PseudoLabelBank', 'PseudoLabels', 'PerSampleState',
     'SupportViews', 'TREATMENTS', 'WEIGHTINGS', 'build_weighting', 'check_parts', 'flagged_loss',
 ]

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from .acceptance import ACCEPTANCE_OPTIONS, AcceptanceSchedule
-from ifnd.settings import check_options
+from ifnd.clustering.acceptance import Acceptance, build_acceptance
 
 
 @dataclass
@@ -57,28 +56,33 @@ class DetectorNeeds:
 class FalseNegativeDetector(nn.Module):
     """Base of the detectors: flags ``[L, A, C]`` (L levels) or None before anything is flagged.
 
-    ``acceptance``: an :class:`AcceptanceSchedule` config (``dict(scheme='linear')``); a flag then
-    counts only between two accepted samples. ``setup`` and ``set_epoch`` are called by
+    ``acceptance``: a calendar scheme of ``ifnd/clustering/acceptance.py``
+    (``dict(type='LinearAcceptance')``), ranking the samples in a random order drawn from its
+    ``seed``; a flag then counts only between two accepted samples. With the ground-truth detector
+    this is the schedule-matched oracle, which tells how much of IFND's shortfall its schedule
+    alone explains. ``setup`` and ``set_epoch`` are called by
     :class:`ifnd.hooks.NegativeDetectorHook` before training and before each epoch.
     """
 
     needs = DetectorNeeds()  # a subclass declares its own; an acceptance adds sample_index
     levels = 1  # label granularities of the flags' first dimension
-    # The keys a config may set inside dict-valued arguments, with their types: read by the config
-    # checks of tools/train.py (``--cfg-options model.detector.acceptance.seed=1``).
-    config_dict_options = {'acceptance': ACCEPTANCE_OPTIONS}
 
     def __init__(self, acceptance: dict | None = None) -> None:
         super().__init__()
-        self.acceptance = None
+        self.acceptance: Acceptance | None = None
         if acceptance is not None:
-            owner = f'{type(self).__name__} acceptance'
-            check_options(owner, acceptance, ACCEPTANCE_OPTIONS)
-            self.acceptance = AcceptanceSchedule(**acceptance, owner=owner)
-            self.needs = replace(self.needs, sample_index=True)  # the schedule orders samples
+            self.acceptance = build_acceptance(acceptance, f'{type(self).__name__} acceptance',
+                                               by_round=False)
+            self.needs = replace(self.needs, sample_index=True)  # the order is per sample
         self.epoch = 0
         self.max_epochs = 0
         self.num_samples = 0
+        # The accepted samples ([N] bool, on the device) and whether any is, set each epoch from
+        # a permutation drawn from the acceptance's seed: the same on every process and after a
+        # resume, so it is not saved.
+        self._order: torch.Tensor | None = None
+        self._accepted: torch.Tensor | None = None
+        self._any_accepted = False
 
     def attach(self, bank) -> None:
         """Receive the algorithm's label bank; called where ``needs.label_bank``."""
@@ -88,11 +92,16 @@ class FalseNegativeDetector(nn.Module):
         """Size per-sample state for ``num_samples`` training samples."""
         self.num_samples, self.max_epochs = num_samples, max_epochs
         if self.acceptance is not None:
-            self.acceptance.setup(num_samples, device)
+            seed = self.acceptance.seed if self.acceptance.seed is not None else 0
+            order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
+            scores = torch.empty(num_samples, dtype=torch.float64)
+            scores[order] = -torch.arange(num_samples, dtype=torch.float64)  # first drawn, first
+            self._order = scores
+            self._accepted = torch.zeros(num_samples, dtype=torch.bool, device=device)
 
     def idle_warnings(self, max_epochs: int) -> list[str]:
         """The settings that keep this detector from flagging anything in a run of ``max_epochs``."""
-        warning = None if self.acceptance is None else self.acceptance.idle_warning(max_epochs)
+        warning = None if self.acceptance is None else self.acceptance.idle_reason(max_epochs, 1)
         return [warning] if warning else []
 
     def set_epoch(self, epoch: int) -> None:
@@ -100,10 +109,16 @@ class FalseNegativeDetector(nn.Module):
         self.epoch = epoch
         if self.acceptance is not None:
             self.acceptance.set_epoch(epoch, self.max_epochs)
+            if self._order is not None:  # ranked on the host once an epoch: no device sync a step
+                labels, _ = self.acceptance.accept(0, torch.zeros(len(self._order), dtype=torch.long),
+                                                   self._order, 1)
+                accepted = labels >= 0
+                self._any_accepted = bool(accepted.any())
+                self._accepted.copy_(accepted)
 
     def check_ready(self) -> None:
         """Refuse a step before the hook set the detector up, naming the fix."""
-        if self.acceptance is not None and not self.acceptance.ready or \
+        if self.acceptance is not None and self._order is None or \
                 self.needs.sample_index and self.num_samples == 0:
             raise RuntimeError(f'{type(self).__name__} was not set up: add '
                                "dict(type='NegativeDetectorHook') to default_hooks (it is in "
@@ -112,14 +127,19 @@ class FalseNegativeDetector(nn.Module):
     def forward(self, batch: NegativeBatch) -> torch.Tensor | None:
         """Flags ``[L, A, C]`` of the batch, or None where nothing can be flagged yet."""
         self.check_ready()
-        if self.acceptance is not None and not self.acceptance.any_accepted:
+        if self.acceptance is not None and not self._any_accepted:
             return None
         flags = self.flags(batch)
         if flags is None or self.acceptance is None:
             return flags
-        accepted_anchor = self.acceptance.accepted(batch.anchor_index)
-        accepted_candidate = self.acceptance.accepted(batch.candidate_index)
+        accepted_anchor = self.accepted(batch.anchor_index)
+        accepted_candidate = self.accepted(batch.candidate_index)
         return flags & (accepted_anchor.unsqueeze(1) & accepted_candidate.unsqueeze(0))
+
+    def accepted(self, index: torch.Tensor) -> torch.Tensor:
+        """Whether each sample of ``index`` is accepted this epoch; unknown samples (-1) are not."""
+        accepted = self._accepted.to(index.device)
+        return (index >= 0) & accepted[index.clamp(min=0)]
 
     def flags(self, batch: NegativeBatch) -> torch.Tensor | None:
         """The detector's own flags, before acceptance."""
@@ -129,4 +149,4 @@ class FalseNegativeDetector(nn.Module):
         """Scalars to log with the loss (not optimised)."""
         if self.acceptance is None:
             return {}
-        return {'accepted': self.acceptance.accepted(batch.anchor_index).float().mean()}
+        return {'accepted': self.accepted(batch.anchor_index).float().mean()}

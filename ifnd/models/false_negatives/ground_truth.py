@@ -1,7 +1,7 @@
 """The oracle's detector: candidates of the anchor's ground-truth class.
 
 With elimination it is the elimination oracle, with attraction SupCon; with an acceptance
-schedule (``acceptance=dict(scheme='linear')``) it flags only between accepted samples, the
+scheme (``acceptance=dict(type='LinearAcceptance')``) it flags only between accepted samples, the
 schedule-matched oracle that IFND's detection can be measured against. On MoCo's queue the
 classes of the queued keys are looked up by their sample index in the training set's labels,
 which ``setup`` receives.

@@ -1,12 +1,11 @@
-"""Pseudo-label confidence, PCL's cluster concentration, and the acceptance of the most confident.
+"""The scores acceptance ranks a round's samples by: IFND's confidence κ and PCL's concentration.
 
-IFND (Sec. 3.2) accepts, per clustering level, only the pseudo labels with the highest confidence
-κ (Eq. ``eq:certainty``); the accepted fraction grows during training. Rejected samples receive a
-label of their own, so they act as pure instance-discrimination samples in the loss.
+κ (Eq. ``eq:certainty``) is per sample: the softmax over the centroids at the sample's own
+cluster. PCL's concentration φ is per cluster; :func:`cluster_confidence` gives each sample its
+cluster's ``-φ`` (tighter clusters first). ``ifnd/clustering/acceptance.py`` decides from them.
 """
 from __future__ import annotations
 
-import math
 from typing import Union
 
 import numpy as np
@@ -16,9 +15,7 @@ from torch import Tensor
 
 from ifnd.dist import all_reduce_sum
 
-from .acceptance import unique_labels
-
-__all__ = ['confidence', 'pcl_concentration', 'cluster_confidence', 'accept_labels']
+__all__ = ['confidence', 'pcl_concentration', 'cluster_confidence']
 
 
 ArrayLike = Union[Tensor, np.ndarray]
@@ -117,35 +114,3 @@ def cluster_confidence(concentration: ArrayLike, assignments: ArrayLike) -> Tens
     """PCL-style per-sample confidence ``-φ[assignment]``: tighter clusters are more confident."""
     concentration, assignments = _as_tensor(concentration), _as_tensor(assignments)
     return -concentration[assignments.to(device=concentration.device, dtype=torch.long)]
-
-
-def accept_labels(assignments: ArrayLike, confidence: ArrayLike,
-                  rate: float) -> tuple[Tensor, float]:
-    """Keep the cluster ids of the ⌈rate·N⌉ most confident samples; give the rest unique labels.
-
-    Sample ``i`` that is not accepted gets ``-(i + 1)``, which never equals a cluster id (>= 0)
-    nor another sample's label. Ties in confidence go to the lower index (NaN ranks last).
-    Returns ``(labels [N] int64, threshold)`` where threshold is the smallest accepted confidence,
-    or ``+inf`` when nothing is accepted.
-    """
-    assignments, confidence = _as_tensor(assignments), _as_tensor(confidence)
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f'rate must be in [0, 1], got {rate}')
-    if assignments.ndim != 1 or confidence.shape != assignments.shape:
-        raise ValueError(f'assignments and confidence must both be [N], got '
-                         f'{tuple(assignments.shape)} and {tuple(confidence.shape)}')
-    num = assignments.shape[0]
-    assignments = assignments.to(torch.long)
-    if num > 0 and int(assignments.min()) < 0:
-        raise ValueError('cluster assignments must be >= 0')
-    # Rounding first keeps e.g. 0.3 * 10 = 3.0000000000000004 from becoming 4.
-    num_accept = min(num, max(0, math.ceil(round(rate * num, 6))))
-    labels = unique_labels(num, assignments.device)
-    if num_accept == 0:
-        return labels, math.inf
-    scores = torch.nan_to_num(confidence.detach().to(assignments.device).double(),
-                              nan=-math.inf)
-    # Stable descending sort: equal confidences keep index order, i.e. lower index first.
-    order = torch.sort(scores, descending=True, stable=True).indices[:num_accept]
-    labels[order] = assignments[order]
-    return labels, float(scores[order[-1]])
