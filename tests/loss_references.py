@@ -7,7 +7,8 @@
   labels, the debiased loss on SimCLR's views, FNC on one process -- spelled over the live
   equations (:func:`~ifnd.models.losses.candidate_logits`, :func:`~ifnd.models.losses.masked_nce`,
   :func:`~ifnd.models.losses.queue_logits`, :func:`~ifnd.models.losses.debiased_nce`,
-  :func:`~ifnd.models.losses.fnc_false_negatives`), so tests reach the live code through them.
+  and FNC's selection, :func:`~ifnd.models.false_negatives.support_views.fnc_false_negatives`),
+  so tests reach the live code through them.
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ifnd.models.losses import (batch_views, candidate_logits, check_candidates, check_fnc_options,
-                                check_treatment, debiased_nce, fnc_false_negatives, masked_nce,
-                                queue_logits)
+from ifnd.models.false_negatives.support_views import check_fnc_options, fnc_false_negatives
+from ifnd.models.losses import (batch_views, candidate_logits, check_candidates, check_treatment,
+                                debiased_nce, masked_nce, queue_logits)
 
 
 def masked_info_nce(logits: Tensor, positive_mask: Tensor, denominator_mask: Tensor) -> Tensor:

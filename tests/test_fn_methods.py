@@ -19,8 +19,9 @@ from test_losses import _grads, _unit
 
 from ifnd.engine.cli import runner_config
 from ifnd.evaluation import detection_precision_recall
-from ifnd.models.losses import (contrastive_loss, false_negative_detection_counts,
-                                fnc_false_negatives, queue_debiased_loss)
+from ifnd.models.false_negatives.detector import false_negative_detection_counts
+from ifnd.models.false_negatives.support_views import fnc_false_negatives
+from ifnd.models.losses import contrastive_loss, queue_debiased_loss
 from ifnd.registry import HOOKS, MODELS, RUNNERS
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))

@@ -109,7 +109,7 @@ def detection_precision_recall(counts: ArrayLike) -> tuple[np.ndarray, np.ndarra
     """Per-level precision and recall (%) of flagged false negatives; NaN where undefined.
 
     ``counts`` [L, 3]: flagged negatives, those of the anchor's class, and the anchor's
-    same-class negatives (``ifnd.models.losses.false_negative_detection_counts``, summed). Precision
+    same-class negatives (``ifnd.models.false_negatives.detector.false_negative_detection_counts``, summed). Precision
     = flagged of the class / flagged, recall = flagged of the class / same-class negatives.
     """
     counts = counts.detach().cpu().numpy() if isinstance(counts, Tensor) else np.asarray(counts)

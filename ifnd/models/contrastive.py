@@ -21,7 +21,8 @@ from ifnd.models.false_negatives import (DetectorNeeds, NegativeBatch, PseudoLab
                                          build_weighting, check_parts, flagged_loss)
 from ifnd.settings import check_logit_scale, check_temperature
 from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
-from ifnd.models.losses import candidate_logits, check_candidates, false_negative_detection_counts
+from ifnd.models.false_negatives.detector import false_negative_detection_counts
+from ifnd.models.losses import candidate_logits, check_candidates
 from ifnd.registry import MODELS
 
 # The key of a step's false-negative detection counts among its outputs (not a loss, not logged).

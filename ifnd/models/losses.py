@@ -25,8 +25,9 @@ Other ways of handling false negatives, compared with IFND:
 * ``debiased_nce`` -- the debiased contrastive loss (Chuang et al., NeurIPS 2020), and with
   β > 0 hard negative sampling (Robinson et al., ICLR 2021); on MoCo's queue
   ``queue_debiased_loss``.
-* ``fnc_false_negatives`` -- FNC's detection (Huynh et al., WACV 2022) from support views, whose
-  boolean mask is treated like pseudo-label flags ('elim' or 'attr').
+
+The detectors' own arithmetic lives with them (FNC's selection from support views in
+``false_negatives/support_views.py``, the detection counts in ``false_negatives/detector.py``).
 """
 from __future__ import annotations
 
@@ -37,8 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# ifnd.models.false_negatives imports this module; its settings checks import nothing of ifnd.
-from ifnd.settings import check_number, check_optional, check_temperature
+from ifnd.settings import check_number, check_temperature
 
 __all__ = [
     'TREATMENTS',
@@ -52,11 +52,6 @@ __all__ = [
     'check_debiasing',
     'debiased_nce',
     'queue_debiased_loss',
-    'FNC_AGGREGATIONS',
-    'check_fnc_options',
-    'check_fnc_selection',
-    'fnc_false_negatives',
-    'false_negative_detection_counts',
     'proto_nce_loss',
 ]
 
@@ -329,92 +324,6 @@ def queue_debiased_loss(q: Tensor,
     """
     pos, neg = queue_logits(q, k, queue, temperature, overwritten)
     return debiased_nce(pos, neg, temperature, tau_plus, beta).mean()
-
-
-FNC_AGGREGATIONS = ('mean', 'max')
-
-
-def check_fnc_options(treatment: str, top_k: Optional[int], threshold: Optional[float],
-                      aggregation: str) -> None:
-    """Refuse FNC settings that cannot work, naming the fix."""
-    if treatment is None:
-        raise ValueError(f"FNC needs a treatment, one of {TREATMENTS} (elimination or attraction of "
-                         "what its support views flag); for no treatment use type='SimCLR'")
-    check_treatment(treatment, 'FNC')
-    check_fnc_selection(top_k, threshold, aggregation)
-
-
-def check_fnc_selection(top_k: Optional[int], threshold: Optional[float],
-                        aggregation: str) -> None:
-    """Refuse an FNC aggregation or a choice of ``top_k`` / ``threshold`` that cannot work."""
-    if aggregation not in FNC_AGGREGATIONS:
-        raise ValueError(f'FNC aggregation must be one of {FNC_AGGREGATIONS}, got {aggregation!r}')
-    if (top_k is None) == (threshold is None):
-        raise ValueError(f'FNC needs exactly one of top_k and threshold, got top_k={top_k} and '
-                         f'threshold={threshold}: set the other to None')
-    check_optional('FNC', 'top_k', top_k, int, low=1, hint='false negatives per anchor image')
-    check_optional('FNC', 'threshold', threshold, low=-1, high=1, high_open=True,
-                   hint='a cosine similarity')
-
-
-@torch.no_grad()
-def fnc_false_negatives(support: Tensor,
-                        candidate_views: Tensor,
-                        own_index: Tensor,
-                        top_k: Optional[int] = None,
-                        threshold: Optional[float] = None,
-                        aggregation: str = 'mean') -> Tensor:
-    """FNC's false negatives ``[M, N]`` of M anchor images among N candidate images (boolean).
-
-    ``support`` [M, S, D]: the anchor images' S support-view embeddings; ``candidate_views``
-    [V, N, D]: the V views of each candidate image (all L2-normalised); ``own_index[m]``: anchor
-    image m's own column (never flagged). The score of (m, n) aggregates cos(support, view) over
-    the S × V pairs (``'mean'`` or ``'max'``), so both views of an image are flagged together;
-    flagged are each row's ``top_k`` highest scores or the scores above ``threshold``.
-    """
-    check_fnc_selection(top_k, threshold, aggregation)
-    if support.ndim != 3 or candidate_views.ndim != 3 or support.shape[2] != candidate_views.shape[2]:
-        raise ValueError(f'support must be [M, S, D] and candidate_views [V, N, D], got '
-                         f'{tuple(support.shape)} and {tuple(candidate_views.shape)}')
-    (num, views, dim), size = support.shape, candidate_views.shape[1]
-    if own_index.shape != (num, ):
-        raise ValueError(f'own_index must have shape [{num}], got {tuple(own_index.shape)}')
-    sims = (support.reshape(-1, dim) @ candidate_views.reshape(-1, dim).t()).view(
-        num, views, candidate_views.shape[0], size)
-    scores = sims.mean(dim=(1, 2)) if aggregation == 'mean' else sims.amax(dim=(1, 2))
-    own = torch.arange(size, device=scores.device).unsqueeze(0) == own_index.to(scores.device).unsqueeze(1)
-    if threshold is not None:
-        return (scores > threshold) & ~own
-    if top_k >= size - 1:
-        raise ValueError(f'FNC top_k={top_k} would flag all {size - 1} other images of the batch '
-                         f'(every negative): use top_k below {size - 1} or a larger batch')
-    top = scores.masked_fill(own, float('-inf')).topk(top_k, dim=1).indices
-    return torch.zeros_like(own).scatter_(1, top, True)
-
-
-def false_negative_detection_counts(flagged: Optional[Tensor],
-                                    negatives: Tensor,
-                                    anchor_classes: Tensor,
-                                    candidate_classes: Tensor,
-                                    levels: int = 1) -> Tensor:
-    """Counts ``[L, 3]`` (float64): flagged negatives, flagged of the anchor's class, same-class negatives.
-
-    ``flagged`` [L, A, C] marks the candidates a loss treats as false negatives (``None``: none
-    at any of ``levels``), ``negatives`` [A, C] the anchor's negatives; pairs with an unknown
-    class (< 0) on either side are left out. Computed on the device, with no host sync.
-    """
-    known = (anchor_classes >= 0).unsqueeze(1) & (candidate_classes >= 0).unsqueeze(0)
-    negatives = negatives & known
-    same = negatives & (anchor_classes.unsqueeze(1) == candidate_classes.unsqueeze(0))
-    num_same = same.sum().to(torch.float64).expand(levels)
-    if flagged is None:
-        zeros = num_same.new_zeros(levels)
-        return torch.stack([zeros, zeros, num_same], dim=1)
-    if flagged.ndim != 3 or flagged.shape[0] != levels:
-        raise ValueError(f'flagged must be [{levels}, A, C], got {tuple(flagged.shape)}')
-    flagged = flagged & negatives
-    return torch.stack([flagged.sum(dim=(1, 2)).to(torch.float64),
-                        (flagged & same).sum(dim=(1, 2)).to(torch.float64), num_same], dim=1)
 
 
 def proto_nce_loss(z: Tensor, centroids: Sequence[Tensor], assignments: Tensor,

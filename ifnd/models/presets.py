@@ -22,7 +22,8 @@ import torch
 from ifnd.models.contrastive import SimCLR
 from ifnd.models.false_negatives.pseudo_labels import AGREEMENT
 from ifnd.settings import check_number
-from ifnd.models.losses import check_debiasing, check_fnc_options, proto_nce_loss
+from ifnd.models.false_negatives.support_views import check_fnc_options
+from ifnd.models.losses import check_debiasing, proto_nce_loss
 from ifnd.models.moco import MoCoV2
 from ifnd.registry import MODELS, parameter_types
 

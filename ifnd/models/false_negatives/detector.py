@@ -6,9 +6,10 @@ eliminates or attracts them. Detectors are registered in ``MODELS`` and built fr
 algorithm's ``detector=dict(type=...)``.
 """
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ifnd.clustering.acceptance import Acceptance, build_acceptance
 
@@ -150,3 +151,28 @@ class FalseNegativeDetector(nn.Module):
         if self.acceptance is None:
             return {}
         return {'accepted': self.accepted(batch.anchor_index).float().mean()}
+
+
+def false_negative_detection_counts(flagged: Optional[Tensor],
+                                    negatives: Tensor,
+                                    anchor_classes: Tensor,
+                                    candidate_classes: Tensor,
+                                    levels: int = 1) -> Tensor:
+    """Counts ``[L, 3]`` (float64): flagged negatives, flagged of the anchor's class, same-class negatives.
+
+    ``flagged`` [L, A, C] marks the candidates a loss treats as false negatives (``None``: none
+    at any of ``levels``), ``negatives`` [A, C] the anchor's negatives; pairs with an unknown
+    class (< 0) on either side are left out. Computed on the device, with no host sync.
+    """
+    known = (anchor_classes >= 0).unsqueeze(1) & (candidate_classes >= 0).unsqueeze(0)
+    negatives = negatives & known
+    same = negatives & (anchor_classes.unsqueeze(1) == candidate_classes.unsqueeze(0))
+    num_same = same.sum().to(torch.float64).expand(levels)
+    if flagged is None:
+        zeros = num_same.new_zeros(levels)
+        return torch.stack([zeros, zeros, num_same], dim=1)
+    if flagged.ndim != 3 or flagged.shape[0] != levels:
+        raise ValueError(f'flagged must be [{levels}, A, C], got {tuple(flagged.shape)}')
+    flagged = flagged & negatives
+    return torch.stack([flagged.sum(dim=(1, 2)).to(torch.float64),
+                        (flagged & same).sum(dim=(1, 2)).to(torch.float64), num_same], dim=1)

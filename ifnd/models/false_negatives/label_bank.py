@@ -24,14 +24,10 @@ class PseudoLabelBank(PerSampleState):
         # the training step reads them without a device sync.
         self.any_accepted = False
         self.cluster_counts: list[int] = []
-        # Bumped whenever the labels change, so copies of them (MoCo's queue labels) know,
-        # host-side, when to refresh.
-        self.version = 0
 
     def _refresh_host_state(self) -> None:
         self.any_accepted = bool((self.labels >= 0).any()) if self.labels.numel() else False
         self.cluster_counts = self.num_clusters.tolist()
-        self.version += 1
 
     @property
     def num_levels(self) -> int:
