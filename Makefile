@@ -37,7 +37,7 @@ demo: data
 	$(PY) tools/demo.py
 
 test: install
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q -n auto --dist loadfile
 
 clean:
 	rm -rf work_dirs .pytest_cache

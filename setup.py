@@ -41,6 +41,7 @@ setup(
         # decodes their image files (JPEG on the device); without it, torchvision's decoders do.
         'device': [TORCHCODEC],
         'torchcodec': [TORCHCODEC],
-        'tests': ['pytest>=7', TORCHCODEC],  # both decoders are tested where TorchCodec decodes
+        # Both decoders are tested where TorchCodec decodes; pytest-xdist runs the files on every core.
+        'tests': ['pytest>=7', 'pytest-xdist>=3', TORCHCODEC],
     },
 )
