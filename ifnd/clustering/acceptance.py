@@ -83,7 +83,7 @@ class Acceptance:
     """
 
     needs_round = False  # True: decides by a clustering round's evidence (no random order)
-    scores: tuple[str, ...] | None = None  # the score kinds it reads; None: any ranking
+    score_kinds: tuple[str, ...] | None = None  # the scores it reads; None: any ranking
 
     def __init__(self) -> None:
         self.owner = type(self).__name__  # the owner's name in messages, set by build_acceptance
@@ -233,7 +233,7 @@ class ConfidentAcceptance(Acceptance):
     """
 
     needs_round = True
-    scores = ('kappa',)
+    score_kinds = ('kappa',)
 
     def __init__(self, certainty_share: float = 0.5) -> None:
         super().__init__()

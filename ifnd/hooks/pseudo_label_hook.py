@@ -110,10 +110,10 @@ class PseudoLabelHook(Hook):
         owner = 'PseudoLabelHook acceptance'
         acceptance = build_acceptance(dict(type='LinearAcceptance') if config is None else config,
                                       owner)
-        if acceptance.scores is not None and score not in acceptance.scores:
+        if acceptance.score_kinds is not None and score not in acceptance.score_kinds:
             raise ValueError(f'{owner} {type(acceptance).__name__} reads the score '
-                             f'{" or ".join(acceptance.scores)}; score={score!r} is another: use '
-                             f'score={acceptance.scores[0]!r} or a calendar scheme')
+                             f'{" or ".join(acceptance.score_kinds)}; score={score!r} is another: use '
+                             f'score={acceptance.score_kinds[0]!r} or a calendar scheme')
         if getattr(acceptance, 'seed', None) is not None:
             raise ValueError(f'{owner} seed={acceptance.seed!r} orders the samples of a detector '
                              'with no score; the clustering round ranks by its score: remove it')
