@@ -96,3 +96,41 @@ class TimmBackbone(BaseModule):
         if self.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return self.model(x)
+
+
+@MODELS.register_module()
+class ViTBackbone(TimmBackbone):
+    """A timm Vision Transformer (``vit_tiny/small/base_patch16_224``...) returning ``[B, embed_dim]``.
+
+    ``img_size``, ``patch_size``, ``embed_dim``, ``depth``, ``num_heads`` and ``mlp_ratio``
+    override the named model's (``img_size=16, patch_size=4`` for 16-32-pixel images); None keeps
+    timm's. ``global_pool``: the features are the class token after the final norm (``'token'``,
+    MoCo v3's) or the patch tokens' mean followed by a norm (``'avg'``). ``frozen_patch_embed=True``
+    keeps the random patch projection as initialised (MoCo v3's stabilisation of ViT training):
+    its weights get no gradient, so no optimiser changes them.
+    """
+
+    def __init__(self, model_name: str = 'vit_small_patch16_224', img_size: int | None = None,
+                 patch_size: int | None = None, embed_dim: int | None = None,
+                 depth: int | None = None, num_heads: int | None = None,
+                 mlp_ratio: float | None = None, global_pool: Literal['token', 'avg'] = 'token',
+                 frozen_patch_embed: bool = False, drop_path_rate: float = 0.0,
+                 channels_last: bool = False, compile: bool | Literal['auto'] | dict = False,
+                 init_cfg: dict | None = None, pretrained: bool = False) -> None:
+        if global_pool not in ('token', 'avg'):
+            raise ValueError(f"ViTBackbone global_pool must be 'token' (the class token) or 'avg' "
+                             f'(mean of the patch tokens), got {global_pool!r}')
+        sizes = dict(img_size=img_size, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
+                     num_heads=num_heads, mlp_ratio=mlp_ratio)
+        super().__init__(model_name, pretrained=pretrained, channels_last=channels_last,
+                         compile=compile, init_cfg=init_cfg, global_pool=global_pool,
+                         drop_path_rate=drop_path_rate,
+                         **{key: value for key, value in sizes.items() if value is not None})
+        if not hasattr(self.model, 'patch_embed') or not hasattr(self.model, 'blocks'):
+            raise ValueError(f'ViTBackbone needs a timm Vision Transformer, {model_name!r} is a '
+                             f"{type(self.model).__name__}: use e.g. 'vit_small_patch16_224', or "
+                             "type='TimmBackbone' for other networks")
+        self.global_pool = global_pool
+        self.frozen_patch_embed = frozen_patch_embed
+        if frozen_patch_embed:
+            self.model.patch_embed.requires_grad_(False)
