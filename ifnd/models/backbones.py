@@ -122,14 +122,18 @@ class ViTBackbone(TimmBackbone):
                              f'(mean of the patch tokens), got {global_pool!r}')
         sizes = dict(img_size=img_size, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
                      num_heads=num_heads, mlp_ratio=mlp_ratio)
-        super().__init__(model_name, pretrained=pretrained, channels_last=channels_last,
-                         compile=compile, init_cfg=init_cfg, global_pool=global_pool,
-                         drop_path_rate=drop_path_rate,
-                         **{key: value for key, value in sizes.items() if value is not None})
+        not_vit = ValueError(f'ViTBackbone needs a timm Vision Transformer, {model_name!r} is '
+                             "none: use e.g. 'vit_small_patch16_224', or type='TimmBackbone' for "
+                             'other networks')
+        try:
+            super().__init__(model_name, pretrained=pretrained, channels_last=channels_last,
+                             compile=compile, init_cfg=init_cfg, global_pool=global_pool,
+                             drop_path_rate=drop_path_rate,
+                             **{key: value for key, value in sizes.items() if value is not None})
+        except (AssertionError, TypeError) as err:  # another network's pooling or arguments
+            raise not_vit from err
         if not hasattr(self.model, 'patch_embed') or not hasattr(self.model, 'blocks'):
-            raise ValueError(f'ViTBackbone needs a timm Vision Transformer, {model_name!r} is a '
-                             f"{type(self.model).__name__}: use e.g. 'vit_small_patch16_224', or "
-                             "type='TimmBackbone' for other networks")
+            raise not_vit
         self.global_pool = global_pool
         self.frozen_patch_embed = frozen_patch_embed
         if frozen_patch_embed:
