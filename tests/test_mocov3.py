@@ -190,3 +190,57 @@ def test_short_training_runs(tmp_path, kind):
         assert (tmp_path / 'run' / 'pseudo_labels').is_dir()
         assert any(s.get('accepted', 0) > 0 for s in steps[2:]), 'epoch 2 has accepted labels'
         assert model.label_bank.any_accepted
+
+
+def test_the_preset_is_its_parts_and_names_its_base():
+    gen = torch.Generator().manual_seed(3)
+    preset = _model('IFNDMoCoV3', agreement=2)
+    parts = _model('MoCoV3', detector=dict(type='PseudoLabels', agreement=2), treatment='elim')
+    parts.load_state_dict(preset.state_dict())
+    labels = _labels(gen)
+    index = torch.randperm(SAMPLES, generator=gen)[:NUM]
+    views = [torch.rand(NUM, 3, 16, 16, generator=gen) for _ in range(2)]
+    losses = []
+    for model in (preset, parts):
+        model.label_bank.reset(LEVELS, SAMPLES)
+        model.label_bank.update(labels)
+        model.set_progress(0, 1)
+        losses.append(model.loss(views, {'index': index})['loss'])
+    torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="use type='MoCoV3' with detector="):
+        _model('IFNDMoCoV3', detector=dict(type='GroundTruth'))
+
+
+# Parts beyond IFND's on the MoCo v3 base: each trains as on SimCLR.
+PARTS = {
+    'GloFND': dict(detector=dict(type='GloFND', alpha=0.1, start_epoch=1, lr=0.5),
+                   treatment='elim'),
+    'SupportViews': dict(detector=dict(type='SupportViews', num_support_views=1, top_k=3),
+                         treatment='attr'),
+    'GroundTruth-hard': dict(detector=dict(type='GroundTruth'), treatment='elim',
+                             weighting=dict(type='hard', tau_plus=0.1, beta=1.0)),
+    'debiased': dict(weighting=dict(type='debiased', tau_plus=0.1)),
+}
+
+
+@pytest.mark.parametrize('name', list(PARTS))
+def test_every_kind_of_part_trains_on_mocov3(tmp_path, name):
+    parts = PARTS[name]
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='MoCoV3', temperature=0.2, **parts),
+                        max_epochs=2, batch_size=32, fn_detection='detector' in parts)
+    for key, part in (('backbone', TINY_VIT), ('neck', HEAD), ('predictor', PREDICTOR)):
+        cfg.model[key] = copy.deepcopy(part)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1 / 2
+    cfg.train_dataloader.dataset.pipeline.num_views = \
+        2 + parts.get('detector', {}).get('num_support_views', 0)
+    torch.manual_seed(0)
+    RUNNERS.build(cfg).train()
+    scalars = _scalars(tmp_path / 'run')
+    steps = [s for s in scalars if 'loss' in s]
+    assert len(steps) == 4 and np.isfinite([s['loss'] for s in steps]).all()
+    if name == 'GloFND':  # λ learns from its start epoch, over the batch's keys
+        assert all(s['glofnd_lambda'] < 0.9 for s in steps[2:])
+    if name == 'GroundTruth-hard':  # the oracle flags exactly the same-class keys
+        detection = [s for s in scalars if 'train/fn_precision' in s]
+        assert [(s['train/fn_precision'], s['train/fn_recall']) for s in detection] == \
+            [(100.0, 100.0)] * 2
