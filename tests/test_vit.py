@@ -16,7 +16,8 @@ from ifnd.registry import MODELS
 
 TINY_VIT = dict(type='ViTBackbone', model_name='vit_tiny_patch16_224', img_size=16, patch_size=4,
                 embed_dim=32, depth=2, num_heads=2, frozen_patch_embed=True)
-MOCOV3 = dict(type='MoCoV3', temperature=0.2, momentum=0.99, backbone=TINY_VIT,
+MOCOV3 = dict(type='MoCoV3', temperature=0.2, momentum=0.99,
+              backbone=dict(TINY_VIT, sincos_pos_embed=True),
               neck=dict(type='MLPNeck', hidden_dim=64, out_dim=16, num_layers=3, with_last_bn=True,
                         last_bn_affine=False),
               predictor=dict(type='MLPNeck', hidden_dim=64, num_layers=2, with_last_bn=True,
@@ -66,10 +67,38 @@ def test_the_frozen_patch_projection_gets_no_gradient():
     assert all(p.grad is not None for p in frozen.model.blocks.parameters())
 
 
+def _mocov3_sincos(grid_size, embed_dim, temperature=10000.):
+    """moco-v3's vits.py, build_2d_sincos_position_embedding, as its authors wrote it."""
+    h, w = grid_size
+    grid_w = torch.arange(w, dtype=torch.float32)
+    grid_h = torch.arange(h, dtype=torch.float32)
+    grid_w, grid_h = torch.meshgrid(grid_w, grid_h, indexing='ij')
+    pos_dim = embed_dim // 4
+    omega = torch.arange(pos_dim, dtype=torch.float32) / pos_dim
+    omega = 1. / (temperature**omega)
+    out_w = torch.einsum('m,d->md', [grid_w.flatten(), omega])
+    out_h = torch.einsum('m,d->md', [grid_h.flatten(), omega])
+    pos_emb = torch.cat([torch.sin(out_w), torch.cos(out_w), torch.sin(out_h), torch.cos(out_h)],
+                        dim=1)[None, :, :]
+    pe_token = torch.zeros([1, 1, embed_dim], dtype=torch.float32)
+    return torch.cat([pe_token, pos_emb], dim=1)
+
+
+def test_the_sincos_position_embedding_is_moco_v3s_and_fixed():
+    backbone = MODELS.build(dict(TINY_VIT, img_size=28, sincos_pos_embed=True))
+    pos_embed = backbone.model.pos_embed
+    assert pos_embed.shape == (1, 1 + 7 * 7, 32) and not pos_embed.requires_grad
+    torch.testing.assert_close(pos_embed.detach(), _mocov3_sincos((7, 7), 32), rtol=0, atol=1e-6)
+    learned = MODELS.build(dict(TINY_VIT, img_size=28)).model.pos_embed
+    assert learned.requires_grad and not torch.allclose(learned, pos_embed)
+    with pytest.raises(ValueError, match='divisible by 4'):
+        MODELS.build(dict(TINY_VIT, embed_dim=30, num_heads=3, sincos_pos_embed=True))
+
+
 def test_the_vit_schedule_skips_decay_on_norms_biases_and_embeddings():
     """configs/_base_/schedules/adamw_coslr_300e.py: AdamW, wd 0.1 on weights only."""
     cfg = Config.fromfile(osp.join(CONFIG_DIR, '_base_', 'schedules', 'adamw_coslr_300e.py'))
-    model = MODELS.build(MOCOV3)
+    model = MODELS.build(dict(MOCOV3, backbone=TINY_VIT))  # a learned position embedding
     wrapper = build_optim_wrapper(model, copy.deepcopy(cfg.optim_wrapper))
     assert type(wrapper.optimizer).__name__ == 'AdamW'
     decay = {id(p): group['weight_decay'] for group in wrapper.optimizer.param_groups
@@ -82,6 +111,7 @@ def test_the_vit_schedule_skips_decay_on_norms_biases_and_embeddings():
                      or 'cls_token' in name or '.mlp.1.' in name or '.mlp.4.' in name)  # BN
         assert decay[id(param)] == (0.0 if undecayed else 0.1), name
     assert decay[id(model.backbone.model.blocks[0].attn.qkv.weight)] == 0.1
+    assert decay[id(model.backbone.model.pos_embed)] == decay[id(model.backbone.model.cls_token)] == 0
     assert [s.type for s in cfg.param_scheduler] == ['LinearLR', 'CosineAnnealingLR']
     assert cfg.param_scheduler[0].end == 40 and cfg.train_cfg.max_epochs == 300
 
@@ -107,10 +137,10 @@ def test_a_vit_checkpoint_config_keeps_its_architecture(monkeypatch):
     monkeypatch.setattr(architecture, 'print_log', lambda msg, **kwargs: lines.append(msg))
     model = MODELS.build(MOCOV3)
     config = dict(MOCOV3, backbone=dict(TINY_VIT, global_pool='avg', compile='auto',
-                                        drop_path_rate=0.1))
+                                        drop_path_rate=0.1, sincos_pos_embed=True))
     checkpoint = {'state_dict': MODELS.build(config).state_dict(), 'meta': {'cfg': {'model': config}}}
     kept = architecture.checkpoint_architecture(checkpoint, 'vit.pth')
-    assert kept['backbone'] == dict(TINY_VIT, global_pool='avg')
+    assert kept['backbone'] == dict(TINY_VIT, global_pool='avg', sincos_pos_embed=True)
     assert kept['predictor'] == MOCOV3['predictor'] and kept['neck'] == MOCOV3['neck']
     # Neither decides the weights: stochastic depth is training's (its name matches 'path').
     assert 'model.backbone.compile' in lines[-1] and 'model.backbone.drop_path_rate' in lines[-1]

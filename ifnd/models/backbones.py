@@ -98,6 +98,22 @@ class TimmBackbone(BaseModule):
         return self.model(x)
 
 
+def sincos_position_embedding(grid: tuple[int, int], dim: int,
+                              temperature: float = 10000.0) -> torch.Tensor:
+    """MoCo v3's fixed 2-D sin-cos position embedding ``[1, 1 + h·w, dim]``, zero for the class
+    token, as its ``build_2d_sincos_position_embedding`` lays it out (token order included)."""
+    if dim % 4:
+        raise ValueError(f'a 2-D sin-cos position embedding needs a width divisible by 4, got {dim}')
+    h, w = grid
+    grid_w, grid_h = torch.meshgrid(torch.arange(w, dtype=torch.float32),
+                                    torch.arange(h, dtype=torch.float32), indexing='ij')
+    omega = 1.0 / temperature ** (torch.arange(dim // 4, dtype=torch.float32) / (dim // 4))
+    out_w = grid_w.flatten()[:, None] * omega[None]  # [h·w, dim / 4]
+    out_h = grid_h.flatten()[:, None] * omega[None]
+    patches = torch.cat([out_w.sin(), out_w.cos(), out_h.sin(), out_h.cos()], dim=1)
+    return torch.cat([torch.zeros(1, dim), patches])[None]
+
+
 @MODELS.register_module()
 class ViTBackbone(TimmBackbone):
     """A timm Vision Transformer (``vit_tiny/small/base_patch16_224``...) returning ``[B, embed_dim]``.
@@ -107,14 +123,16 @@ class ViTBackbone(TimmBackbone):
     timm's. ``global_pool``: the features are the class token after the final norm (``'token'``,
     MoCo v3's) or the patch tokens' mean followed by a norm (``'avg'``). ``frozen_patch_embed=True``
     keeps the random patch projection as initialised (MoCo v3's stabilisation of ViT training):
-    its weights get no gradient, so no optimiser changes them.
+    its weights get no gradient, so no optimiser changes them. ``sincos_pos_embed=True`` replaces
+    the learned position embedding by MoCo v3's fixed 2-D sin-cos one (not trained either).
     """
 
     def __init__(self, model_name: str = 'vit_small_patch16_224', img_size: int | None = None,
                  patch_size: int | None = None, embed_dim: int | None = None,
                  depth: int | None = None, num_heads: int | None = None,
                  mlp_ratio: float | None = None, global_pool: Literal['token', 'avg'] = 'token',
-                 frozen_patch_embed: bool = False, drop_path_rate: float = 0.0,
+                 frozen_patch_embed: bool = False, sincos_pos_embed: bool = False,
+                 drop_path_rate: float = 0.0,
                  channels_last: bool = False, compile: bool | Literal['auto'] | dict = False,
                  init_cfg: dict | None = None, pretrained: bool = False) -> None:
         if global_pool not in ('token', 'avg'):
@@ -138,3 +156,21 @@ class ViTBackbone(TimmBackbone):
         self.frozen_patch_embed = frozen_patch_embed
         if frozen_patch_embed:
             self.model.patch_embed.requires_grad_(False)
+        self.sincos_pos_embed = sincos_pos_embed
+        if sincos_pos_embed:
+            self._use_sincos_pos_embed()
+
+    def _use_sincos_pos_embed(self) -> None:
+        model = self.model
+        if getattr(model, 'num_prefix_tokens', 1) != 1 or model.pos_embed is None:
+            raise ValueError('sincos_pos_embed=True needs a ViT with a class token and a position '
+                             'embedding of its own (no register tokens)')
+        table = sincos_position_embedding(model.patch_embed.grid_size, model.embed_dim)
+        if model.pos_embed.shape != table.shape:  # the class token without one (no_embed_class)
+            raise ValueError(f'sincos_pos_embed=True: {type(model).__name__} has a position '
+                             f'embedding of shape {tuple(model.pos_embed.shape)}, the sin-cos '
+                             f'table {tuple(table.shape)}')
+        # Data, not a new Parameter: the state-dict key and the meta-device build stay as timm's.
+        with torch.no_grad():
+            model.pos_embed.copy_(table.to(model.pos_embed.device))
+        model.pos_embed.requires_grad_(False)
