@@ -244,3 +244,30 @@ def test_every_kind_of_part_trains_on_mocov3(tmp_path, name):
         detection = [s for s in scalars if 'train/fn_precision' in s]
         assert [(s['train/fn_precision'], s['train/fn_recall']) for s in detection] == \
             [(100.0, 100.0)] * 2
+
+
+def test_a_resumed_run_continues_the_momentum_schedule_exactly(tmp_path):
+    """A 2-epoch run resumed from its epoch-1 checkpoint ends with the same weights, bit for bit
+    (the momentum comes from the runner's iteration count, which the checkpoint carries)."""
+    def run(resume=False, recorder=None):
+        cfg = digits_config(str(tmp_path), dict(type='MoCoV3', temperature=0.2, momentum=0.9),
+                            max_epochs=2, batch_size=32, resume=resume)
+        for key, part in (('backbone', TINY_VIT), ('neck', HEAD), ('predictor', PREDICTOR)):
+            cfg.model[key] = copy.deepcopy(part)
+        cfg.train_dataloader.dataset.subset_fraction = 0.1 / 2
+        torch.manual_seed(0)
+        runner = RUNNERS.build(cfg)
+        runner.register_hook(recorder or _RecordMomentum(), 'LOWEST')
+        runner.train()
+        return runner
+
+    straight = run()
+    final = copy.deepcopy(straight.model.state_dict())
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'epoch_1.pth'))
+    recorder = _RecordMomentum()
+    resumed = run(resume=True, recorder=recorder)
+    assert [t for t, _ in recorder.seen] == [2, 3], 'the second epoch alone, from the checkpoint'
+    assert resumed.iter == straight.iter == 4
+    assert resumed.model.momentum == straight.model.momentum
+    for key, value in final.items():
+        torch.testing.assert_close(resumed.model.state_dict()[key], value, rtol=0, atol=0, msg=key)
