@@ -57,6 +57,9 @@ class KeyEncoder:
             return F.normalize(self.momentum_neck(feats).float(), dim=1)
         raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
 
+    def _key_embed(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.momentum_neck(self.momentum_backbone(x)).float(), dim=1)
+
     @torch.no_grad()
     def _momentum_update(self) -> None:
         # self.momentum: MoCo v2's constant, MoCo v3's value for the current iteration.
@@ -98,9 +101,6 @@ class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
         # Sample index of each key; -1 for the initial random rows.
         self.register_buffer('queue_index', torch.full((queue_len,), -1, dtype=torch.long))
         self.register_buffer('queue_ptr', torch.zeros((), dtype=torch.long))
-
-    def _key_embed(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.momentum_neck(self.momentum_backbone(x)).float(), dim=1)
 
     @torch.no_grad()
     def _shuffled_keys(self, x: torch.Tensor) -> torch.Tensor:

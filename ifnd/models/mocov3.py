@@ -104,16 +104,12 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
         support = None
         if self.needs.support_views:  # FNC: embedded as keys, the space they are compared in
             num = inputs[0].shape[0]
-            support = self.keys_alone(torch.cat(inputs[2:])).view(-1, num, keys.shape[1])
+            with torch.no_grad():
+                support = self._key_embed(torch.cat(inputs[2:])).view(-1, num, keys.shape[1])
             support = support.transpose(0, 1)
         losses = self.compiled('head_losses', features.device)(features, keys, data_samples,
                                                                 support)
         return self._add_detection(losses)
-
-    @torch.no_grad()
-    def keys_alone(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Normalised keys of one batch of images (FNC's support views), no gradient."""
-        return F.normalize(self.momentum_neck(self.momentum_backbone(inputs)).float(), dim=1)
 
     def head_losses(self, features: torch.Tensor, keys: torch.Tensor, data_samples: dict,
                     support: torch.Tensor | None = None) -> dict:
