@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import digits_config
+from helpers import HostSyncOps, digits_config
 from loss_references import mocov3_reference
 from mmengine.hooks import Hook
 from mmengine.registry import init_default_scope
@@ -271,3 +271,21 @@ def test_a_resumed_run_continues_the_momentum_schedule_exactly(tmp_path):
     assert resumed.model.momentum == straight.model.momentum
     for key, value in final.items():
         torch.testing.assert_close(resumed.model.state_dict()[key], value, rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.parametrize('kind', ['MoCoV3', 'IFNDMoCoV3'])
+def test_a_step_reads_nothing_back_to_the_host(kind):
+    """Loss and backward dispatch no host sync (no .item(), no boolean-mask indexing), labels
+    accepted or not."""
+    gen = torch.Generator().manual_seed(4)
+    model = _model(kind)
+    model.set_progress(1, 10)
+    samples = {'index': torch.randperm(SAMPLES, generator=gen)[:NUM]}
+    if kind == 'IFNDMoCoV3':
+        model.label_bank.reset(LEVELS, SAMPLES)
+        model.label_bank.update(_labels(gen))
+    views = [torch.rand(NUM, 3, 16, 16, generator=gen) for _ in range(2)]
+    with HostSyncOps(refuse=True):
+        loss = model.loss(views, samples)['loss']
+        loss.backward()
+    assert torch.isfinite(loss)
