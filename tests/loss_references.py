@@ -186,3 +186,36 @@ def fnc_loss(z1: Tensor, z2: Tensor, support: Tensor, temperature: float = 0.5,
                                 torch.arange(num, device=z1.device), top_k, threshold, aggregation)
     return contrastive_loss_from_mask(views, views, positive_index, self_index, flags.repeat(2, 2),
                                       temperature, treatment).mean()
+
+
+def mocov3_reference(q1: Tensor, q2: Tensor, k1: Tensor, k2: Tensor, temperature: float = 0.2,
+                     flags: Optional[list] = None, treatment: Optional[str] = None) -> Tensor:
+    """MoCo v3's symmetric loss ``ctr(q1, k2) + ctr(q2, k1)`` from the paper, element by element.
+
+    ``ctr(q, k) = 2τ · mean_i −log(exp(q_i·k_i/τ) / Σ_j exp(q_i·k_j/τ))`` over the M queries and
+    the M keys of the other view (one process). ``flags[l][d][i][j]``: at level l, in direction d
+    (0: q1 against k2, 1: q2 against k1), key j flagged for query i (j ≠ i): ``'elim'`` drops it
+    from the denominator, ``'attr'`` makes it a positive (SupCon's mean over the positives, the
+    denominator unchanged); the loss is the mean over the levels. Written with scalar operations,
+    independently of :mod:`ifnd.models.losses`.
+    """
+    num = q1.shape[0]
+    levels = flags if flags is not None else [None]
+    total = q1.new_zeros(())
+    for direction, (q, k) in enumerate(((q1, k2), (q2, k1))):
+        for level in levels:
+            level_sum = q1.new_zeros(())
+            for i in range(num):
+                exps = [torch.exp(q[i] @ k[j] / temperature) for j in range(num)]
+                flagged = [j != i and level is not None and bool(level[direction][i][j])
+                           for j in range(num)]
+                if treatment == 'elim':
+                    denominator = sum(e for e, f in zip(exps, flagged) if not f)
+                else:
+                    denominator = sum(exps)
+                positives = [i] + ([j for j in range(num) if flagged[j]]
+                                   if treatment == 'attr' else [])
+                level_sum = level_sum + sum(-torch.log(exps[p] / denominator)
+                                            for p in positives) / len(positives)
+            total = total + 2 * temperature * level_sum / num / len(levels)
+    return total

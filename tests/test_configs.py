@@ -142,3 +142,26 @@ def test_ablations_through_cfg_options(options):
     acceptance = HOOKS.build(cfg.custom_hooks[0]).acceptance
     assert isinstance(acceptance, StepAcceptance)
     assert (acceptance.step_epoch, acceptance.final_rate) == (100, 0.5)
+
+
+def test_mocov3_recipes():
+    """MoCo v3's ViT recipes (Chen, Xie and He, ICCV 2021) and IFND on them."""
+    small = Config.fromfile(osp.join(CONFIG_DIR, 'mocov3', 'mocov3_vit-small-p16_300e_in1k.py'))
+    model = small.model
+    assert model.type == 'MoCoV3' and model.momentum == 0.99 and model.temperature == 0.2
+    assert model.backbone.model_name == 'vit_small_patch16_224' and model.backbone.num_heads == 12
+    assert model.backbone.frozen_patch_embed and model.backbone.global_pool == 'token'
+    for head, layers in ((model.neck, 3), (model.predictor, 2)):
+        assert (head.hidden_dim, head.out_dim, head.num_layers) == (4096, 256, layers)
+        assert head.with_last_bn and not head.last_bn_affine
+    optimizer = small.optim_wrapper.optimizer
+    assert optimizer.type == 'AdamW' and optimizer.lr == 1.5e-4 and optimizer.weight_decay == 0.1
+    assert small.auto_scale_lr == dict(base_batch_size=256, enable=True)
+    assert small.train_dataloader.batch_size * 16 == 4096 and small.train_cfg.max_epochs == 300
+    assert small.param_scheduler[0].end == 40 and small.param_scheduler[1].T_max == 260
+    base = Config.fromfile(osp.join(CONFIG_DIR, 'mocov3', 'mocov3_vit-base-p16_300e_in1k.py'))
+    assert base.model.backbone.model_name == 'vit_base_patch16_224' and base.model.momentum == 0.99
+    ifnd = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_mocov3_vit-small-p16_300e_in1k.py'))
+    assert ifnd.model.type == 'IFNDMoCoV3' and ifnd.model.backbone == model.backbone
+    assert ifnd.custom_hooks[0].num_clusters == [1000, 3000, 10000]
+    assert ifnd.custom_hooks[0].feature == 'z'

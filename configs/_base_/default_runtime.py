@@ -31,6 +31,9 @@ default_hooks = dict(
     # The false-negative detector's per-sample state sized by the training set, and its epoch
     # (GloFND's start, acceptance schedules); nothing for models without a detector.
     negative_detector=dict(type='NegativeDetectorHook'),
+    # The run's progress for a key encoder whose momentum follows the iterations (MoCo v3's
+    # cosine schedule); nothing for other models.
+    momentum=dict(type='MomentumScheduleHook'),
     # A log file that cannot be written (a full disk) gives one warning, not a traceback per line.
     log_file_errors=dict(type='LogFileErrorHook'),
 )

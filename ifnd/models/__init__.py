@@ -2,9 +2,10 @@
 from .contrastive import ContrastiveAlgorithm, SimCLR
 from .false_negatives import GloFND, GroundTruth, PseudoLabelBank, PseudoLabels, SupportViews
 from .moco import MoCoV2
+from .mocov3 import MoCoV3
 from .presets import (FNC, IFND, PCL, DebiasedCL, DebiasedMoCo, HardNegativeCL, HardNegativeMoCo,
-                      IFNDMoCo, OracleElim, SupCon)
-from .backbones import TimmBackbone
+                      IFNDMoCo, IFNDMoCoV3, OracleElim, SupCon)
+from .backbones import TimmBackbone, ViTBackbone
 from .data_preprocessor import ContrastiveDataPreprocessor
 from .encoder import Encoder, load_backbone_weights, load_encoder
 from .losses import contrastive_loss, proto_nce_loss
@@ -12,10 +13,11 @@ from .necks import MLPNeck
 from .classifier import ImageClassifier
 
 __all__ = [
-    'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'OracleElim', 'PCL', 'MoCoV2', 'IFNDMoCo', 'PseudoLabelBank',
+    'ContrastiveAlgorithm', 'SimCLR', 'IFND', 'SupCon', 'OracleElim', 'PCL', 'MoCoV2', 'IFNDMoCo', 'MoCoV3', 'IFNDMoCoV3',
+    'PseudoLabelBank',
     'DebiasedCL', 'HardNegativeCL', 'DebiasedMoCo', 'HardNegativeMoCo', 'FNC',
     'PseudoLabels', 'SupportViews', 'GloFND', 'GroundTruth',
-    'TimmBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss',
+    'TimmBackbone', 'ViTBackbone', 'MLPNeck', 'ContrastiveDataPreprocessor', 'contrastive_loss',
     'proto_nce_loss', 'Encoder', 'load_encoder', 'load_backbone_weights',
     'ImageClassifier',
 ]

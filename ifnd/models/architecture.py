@@ -131,6 +131,8 @@ def _registered(*bases: str, registry=MODELS) -> Callable:
 BACKBONE_KEYS = dict(type=_registered('TimmBackbone'), model_name=_timm_name, cifar_stem=_flag,
                      channels_last=_flag, channels=_sizes, stem_width=_size, stem_type=_name,
                      in_chans=_size)
+# A ViTBackbone's other keys (img_size, patch_size, depth, global_pool, frozen_patch_embed, ...)
+# are its constructor's parameters.
 NECK_KEYS = dict(type=_registered('MLPNeck'), in_dim=_size, hidden_dim=_size, out_dim=_size,
                  num_layers=_bounded(Bound(1, MAX_LAYERS)), with_bn=_flag, with_last_bn=_flag)
 PREPROCESSOR_KEYS = dict(type=_registered('ContrastiveDataPreprocessor'), mean=_reals, std=_reals)
@@ -148,7 +150,7 @@ WEIGHTING_KEYS = {key: _KINDS[kind] for key, kind in WEIGHTING_OPTIONS.items()}
 MODEL_KEYS = dict(
     detector=DETECTOR_KEYS, treatment=_optional(_name), weighting=WEIGHTING_KEYS,
     type=_registered('ContrastiveAlgorithm', 'Encoder', 'ImageClassifier'),
-    backbone=BACKBONE_KEYS, neck=NECK_KEYS, data_preprocessor=PREPROCESSOR_KEYS,
+    backbone=BACKBONE_KEYS, neck=NECK_KEYS, predictor=NECK_KEYS, data_preprocessor=PREPROCESSOR_KEYS,
     temperature=_real, queue_len=_size, momentum=_real,
     bn_splits=_size, tau_plus=_real, beta=_real, proto_weight=_real,
     num_support_views=_size, top_k=_optional(_size), threshold=_optional(_real), aggregation=_name,

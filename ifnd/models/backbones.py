@@ -96,3 +96,81 @@ class TimmBackbone(BaseModule):
         if self.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return self.model(x)
+
+
+def sincos_position_embedding(grid: tuple[int, int], dim: int,
+                              temperature: float = 10000.0) -> torch.Tensor:
+    """MoCo v3's fixed 2-D sin-cos position embedding ``[1, 1 + h·w, dim]``, zero for the class
+    token, as its ``build_2d_sincos_position_embedding`` lays it out (token order included)."""
+    if dim % 4:
+        raise ValueError(f'a 2-D sin-cos position embedding needs a width divisible by 4, got {dim}')
+    h, w = grid
+    grid_w, grid_h = torch.meshgrid(torch.arange(w, dtype=torch.float32),
+                                    torch.arange(h, dtype=torch.float32), indexing='ij')
+    omega = 1.0 / temperature ** (torch.arange(dim // 4, dtype=torch.float32) / (dim // 4))
+    out_w = grid_w.flatten()[:, None] * omega[None]  # [h·w, dim / 4]
+    out_h = grid_h.flatten()[:, None] * omega[None]
+    patches = torch.cat([out_w.sin(), out_w.cos(), out_h.sin(), out_h.cos()], dim=1)
+    return torch.cat([torch.zeros(1, dim), patches])[None]
+
+
+@MODELS.register_module()
+class ViTBackbone(TimmBackbone):
+    """A timm Vision Transformer (``vit_tiny/small/base_patch16_224``...) returning ``[B, embed_dim]``.
+
+    ``img_size``, ``patch_size``, ``embed_dim``, ``depth``, ``num_heads`` and ``mlp_ratio``
+    override the named model's (``img_size=16, patch_size=4`` for 16-32-pixel images); None keeps
+    timm's. ``global_pool``: the features are the class token after the final norm (``'token'``,
+    MoCo v3's) or the patch tokens' mean followed by a norm (``'avg'``). ``frozen_patch_embed=True``
+    keeps the random patch projection as initialised (MoCo v3's stabilisation of ViT training):
+    its weights get no gradient, so no optimiser changes them. ``sincos_pos_embed=True`` replaces
+    the learned position embedding by MoCo v3's fixed 2-D sin-cos one (not trained either).
+    """
+
+    def __init__(self, model_name: str = 'vit_small_patch16_224', img_size: int | None = None,
+                 patch_size: int | None = None, embed_dim: int | None = None,
+                 depth: int | None = None, num_heads: int | None = None,
+                 mlp_ratio: float | None = None, global_pool: Literal['token', 'avg'] = 'token',
+                 frozen_patch_embed: bool = False, sincos_pos_embed: bool = False,
+                 drop_path_rate: float = 0.0,
+                 channels_last: bool = False, compile: bool | Literal['auto'] | dict = False,
+                 init_cfg: dict | None = None, pretrained: bool = False) -> None:
+        if global_pool not in ('token', 'avg'):
+            raise ValueError(f"ViTBackbone global_pool must be 'token' (the class token) or 'avg' "
+                             f'(mean of the patch tokens), got {global_pool!r}')
+        sizes = dict(img_size=img_size, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
+                     num_heads=num_heads, mlp_ratio=mlp_ratio)
+        not_vit = ValueError(f'ViTBackbone needs a timm Vision Transformer, {model_name!r} is '
+                             "none: use e.g. 'vit_small_patch16_224', or type='TimmBackbone' for "
+                             'other networks')
+        try:
+            super().__init__(model_name, pretrained=pretrained, channels_last=channels_last,
+                             compile=compile, init_cfg=init_cfg, global_pool=global_pool,
+                             drop_path_rate=drop_path_rate,
+                             **{key: value for key, value in sizes.items() if value is not None})
+        except (AssertionError, TypeError) as err:  # another network's pooling or arguments
+            raise not_vit from err
+        if not hasattr(self.model, 'patch_embed') or not hasattr(self.model, 'blocks'):
+            raise not_vit
+        self.global_pool = global_pool
+        self.frozen_patch_embed = frozen_patch_embed
+        if frozen_patch_embed:
+            self.model.patch_embed.requires_grad_(False)
+        self.sincos_pos_embed = sincos_pos_embed
+        if sincos_pos_embed:
+            self._use_sincos_pos_embed()
+
+    def _use_sincos_pos_embed(self) -> None:
+        model = self.model
+        if getattr(model, 'num_prefix_tokens', 1) != 1 or model.pos_embed is None:
+            raise ValueError('sincos_pos_embed=True needs a ViT with a class token and a position '
+                             'embedding of its own (no register tokens)')
+        table = sincos_position_embedding(model.patch_embed.grid_size, model.embed_dim)
+        if model.pos_embed.shape != table.shape:  # the class token without one (no_embed_class)
+            raise ValueError(f'sincos_pos_embed=True: {type(model).__name__} has a position '
+                             f'embedding of shape {tuple(model.pos_embed.shape)}, the sin-cos '
+                             f'table {tuple(table.shape)}')
+        # Data, not a new Parameter: the state-dict key and the meta-device build stay as timm's.
+        with torch.no_grad():
+            model.pos_embed.copy_(table.to(model.pos_embed.device))
+        model.pos_embed.requires_grad_(False)

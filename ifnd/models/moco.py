@@ -1,5 +1,8 @@
 """The queue form, MoCo v2: a momentum key encoder, a queue of negatives and shuffled BN.
 
+:class:`KeyEncoder` (the momentum copy of the query encoder) is shared with MoCo v3
+(``mocov3.py``).
+
 The queue keeps each key's sample index, so detectors with per-sample state (IFND's pseudo
 labels, GloFND's thresholds) flag queued keys as they flag the batch's views.
 """
@@ -19,8 +22,52 @@ from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS
 
 
+class KeyEncoder:
+    """A momentum copy of the query encoder (``momentum_backbone``, ``momentum_neck``), shared by
+    MoCo v2 and v3: built from the query's, initialised as it, updated by
+    ``key ← m·key + (1 − m)·query`` and read for clustering (PCL's choice)."""
+
+    def _build_key_encoder(self, convert=None) -> None:
+        """The key encoder as copies of ``backbone`` and ``neck`` (through ``convert``), frozen."""
+        convert = convert or (lambda module: module)
+        self.momentum_backbone = convert(copy.deepcopy(self.backbone))
+        self.momentum_neck = convert(copy.deepcopy(self.neck))
+        for param in self._key_params():
+            param.requires_grad_(False)
+
+    def _key_params(self) -> list[nn.Parameter]:
+        return list(self.momentum_backbone.parameters()) + list(self.momentum_neck.parameters())
+
+    def _query_params(self) -> list[nn.Parameter]:
+        return list(self.backbone.parameters()) + list(self.neck.parameters())
+
+    def init_weights(self) -> None:
+        """Initialise the query encoder, then copy it into the key encoder."""
+        super().init_weights()
+        with torch.no_grad():
+            torch._foreach_copy_(self._key_params(), self._query_params())
+
+    @torch.no_grad()
+    def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
+        """Features of the momentum encoder (as PCL): embeddings z or backbone features f."""
+        feats = self.momentum_backbone(inputs)
+        if feature == 'f':
+            return F.normalize(feats.float(), dim=1)
+        if feature == 'z':
+            return F.normalize(self.momentum_neck(feats).float(), dim=1)
+        raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
+
+    def _key_embed(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.momentum_neck(self.momentum_backbone(x)).float(), dim=1)
+
+    @torch.no_grad()
+    def _momentum_update(self) -> None:
+        # self.momentum: MoCo v2's constant, MoCo v3's value for the current iteration.
+        torch._foreach_lerp_(self._key_params(), self._query_params(), 1.0 - self.momentum)
+
+
 @MODELS.register_module()
-class MoCoV2(ContrastiveAlgorithm):
+class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
     """MoCo v2: momentum key encoder, a queue of negatives, and batch shuffling for BN.
 
     Across ranks keys are shuffled between processes as in MoCo. In one process the shuffled
@@ -48,44 +95,12 @@ class MoCoV2(ContrastiveAlgorithm):
         self.bn_splits = bn_splits
         # Split BN only in the key encoder: same parameters and state-dict keys, plain BN unless
         # _shuffled_keys asks for groups.
-        self.momentum_backbone = convert_split_batchnorm(copy.deepcopy(self.backbone))
-        self.momentum_neck = convert_split_batchnorm(copy.deepcopy(self.neck))
-        for param in self._key_params():
-            param.requires_grad_(False)
+        self._build_key_encoder(convert_split_batchnorm)
         dim = self.neck.out_dim
         self.register_buffer('queue', F.normalize(torch.randn(queue_len, dim), dim=1))
         # Sample index of each key; -1 for the initial random rows.
         self.register_buffer('queue_index', torch.full((queue_len,), -1, dtype=torch.long))
         self.register_buffer('queue_ptr', torch.zeros((), dtype=torch.long))
-
-    def _key_params(self) -> list[nn.Parameter]:
-        return list(self.momentum_backbone.parameters()) + list(self.momentum_neck.parameters())
-
-    def _query_params(self) -> list[nn.Parameter]:
-        return list(self.backbone.parameters()) + list(self.neck.parameters())
-
-    def init_weights(self) -> None:
-        """Initialise the query encoder, then copy it into the key encoder."""
-        super().init_weights()
-        with torch.no_grad():
-            torch._foreach_copy_(self._key_params(), self._query_params())
-
-    @torch.no_grad()
-    def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
-        """Features of the momentum encoder (as PCL): embeddings z or backbone features f."""
-        feats = self.momentum_backbone(inputs)
-        if feature == 'f':
-            return F.normalize(feats.float(), dim=1)
-        if feature == 'z':
-            return F.normalize(self.momentum_neck(feats).float(), dim=1)
-        raise ValueError(f"feature must be 'z' or 'f', got {feature!r}")
-
-    @torch.no_grad()
-    def _momentum_update(self) -> None:
-        torch._foreach_lerp_(self._key_params(), self._query_params(), 1.0 - self.momentum)
-
-    def _key_embed(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.momentum_neck(self.momentum_backbone(x)).float(), dim=1)
 
     @torch.no_grad()
     def _shuffled_keys(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,10 +8,14 @@ from ifnd.registry import MODELS
 
 @MODELS.register_module()
 class MLPNeck(BaseModule):
-    """An MLP projection head: ``num_layers`` linear layers, BN + ReLU between them."""
+    """An MLP projection head: ``num_layers`` linear layers, BN + ReLU between them.
+
+    ``with_last_bn``: a BN after the last layer too; ``last_bn_affine=False`` leaves that BN without
+    scale and shift (SimCLR's and MoCo v3's heads: the embedding is normalised anyway).
+    """
 
     def __init__(self, in_dim: int, hidden_dim: int = 2048, out_dim: int = 128, num_layers: int = 2,
-                 with_bn: bool = True, with_last_bn: bool = False,
+                 with_bn: bool = True, with_last_bn: bool = False, last_bn_affine: bool = True,
                  init_cfg: dict | None = None) -> None:
         super().__init__(init_cfg)
         if num_layers < 1:
@@ -24,7 +28,7 @@ class MLPNeck(BaseModule):
             use_bn = with_last_bn if last else with_bn
             layers.append(nn.Linear(d_in, d_out, bias=not use_bn))
             if use_bn:
-                layers.append(nn.BatchNorm1d(d_out))
+                layers.append(nn.BatchNorm1d(d_out, affine=last_bn_affine or not last))
             if not last:
                 layers.append(nn.ReLU(inplace=True))
         self.mlp = nn.Sequential(*layers)

@@ -10,6 +10,7 @@
 | FNC | SimCLR | SupportViews | elim or attr | - |
 | IFNDMoCo | MoCoV2 | PseudoLabels | elim | - |
 | DebiasedMoCo / HardNegativeMoCo | MoCoV2 | - | - | debiased / hard |
+| IFNDMoCoV3 | MoCoV3 | PseudoLabels | elim | - |
 
 Any other combination is written with the base's own parts, e.g. IFND with hard negatives:
 ``dict(type='SimCLR', detector=dict(type='PseudoLabels'), treatment='elim',
@@ -25,6 +26,7 @@ from ifnd.settings import check_number
 from ifnd.models.false_negatives.support_views import check_fnc_options
 from ifnd.models.losses import check_debiasing, proto_nce_loss
 from ifnd.models.moco import MoCoV2
+from ifnd.models.mocov3 import MoCoV3
 from ifnd.registry import MODELS, parameter_types
 
 PARTS = ('detector', 'treatment', 'weighting')
@@ -44,7 +46,7 @@ def _fixed_parts(name: str, kwargs: dict) -> None:
     # A preset fixes its parts: changing one is another method, written with the base's parts.
     given = [key for key in PARTS if key in kwargs]
     if given:
-        base = 'MoCoV2' if 'MoCo' in name else 'SimCLR'
+        base = 'MoCoV3' if 'MoCoV3' in name else 'MoCoV2' if 'MoCo' in name else 'SimCLR'
         raise ValueError(f'{name} is a preset with its own {", ".join(given)}; for another '
                          f"combination use type='{base}' with detector=, treatment= and "
                          'weighting= (docs/methods.md)')
@@ -206,6 +208,11 @@ class FNC(SimCLR):
 @MODELS.register_module()
 class IFNDMoCo(_PseudoLabelPreset, MoCoV2):
     """IFND on the MoCo v2 base: queue keys sharing the query's pseudo label are eliminated."""
+
+
+@MODELS.register_module()
+class IFNDMoCoV3(_PseudoLabelPreset, MoCoV3):
+    """IFND on the MoCo v3 base: keys of the batch sharing the query's pseudo label are eliminated."""
 
 
 @MODELS.register_module()
