@@ -103,6 +103,12 @@ def moco_v3(body, arch):
                        'growth_interval': 2000, '_growth_tracker': 17}}
 
 
+def hcsc(body, arch):  # HCSC's pretrain.py: MoCo v2's layout plus the queue's sample indices
+    ckpt = moco_v2_pcl(body, arch)
+    ckpt['state_dict']['module.queue_index'] = torch.arange(32)
+    return ckpt
+
+
 def solo_learn(body, arch):
     state = {f'backbone.{k}': v for k, v in body.items()}
     state.update({f'momentum_backbone.{k}': v for k, v in _twin(body).items()})
@@ -167,7 +173,7 @@ def backbone_only(body, arch):  # tools/extract_backbone.py's output
     return {'state_dict': dict(body), 'meta': {'model': {'backbone': EXPECTED[arch]}, 'source': 'x.pth'}}
 
 
-LAYOUTS = dict(moco_v1=moco_v1, moco_v2_pcl=moco_v2_pcl, moco_v3=moco_v3, solo_learn=solo_learn,
+LAYOUTS = dict(moco_v1=moco_v1, moco_v2_pcl=moco_v2_pcl, moco_v3=moco_v3, hcsc=hcsc, solo_learn=solo_learn,
                mmselfsup=mmselfsup, vissl=vissl, torchvision=torchvision_file, timm=timm_file,
                ifnd_training=ifnd_training, backbone_only=backbone_only)
 
@@ -343,3 +349,73 @@ def test_knn_eval_on_a_moco_resnet50_without_flags(files):
 def test_knn_eval_asks_for_data_when_a_peer_config_is_not_ours(files):
     with pytest.raises(SystemExit, match='--config FILE.*--dataset'):
         _tool('knn_eval').main([files['mmselfsup', 'resnet18']])
+
+
+# Vision Transformers: timm's VisionTransformer as the source network, at 16 pixels in 4-pixel
+# patches. MoCo v3's ViTs have 12 heads (its vits.py), DINO's 64-wide ones (its vision_transformer.py).
+VIT_SOURCES = {'moco_v3': dict(embed_dim=48, num_heads=12), 'dino': dict(embed_dim=128, num_heads=2)}
+VIT_EXPECTED = {'moco_v3': dict(type='ViTBackbone', model_name='vit_small_patch16_224', img_size=16,
+                                patch_size=4, embed_dim=48, depth=2, num_heads=12),
+                'dino': dict(type='ViTBackbone', model_name='vit_small_patch16_224', img_size=16,
+                             patch_size=4, embed_dim=128, depth=2, num_heads=2)}
+
+
+def vit_source(kind: str) -> nn.Module:
+    """A tiny timm ViT (depth 2, 16 px, patch 4) with non-trivial weights, class-token pooled."""
+    from timm.models.vision_transformer import VisionTransformer
+    torch.manual_seed(len(kind))
+    net = VisionTransformer(img_size=16, patch_size=4, depth=2, num_classes=0, **VIT_SOURCES[kind])
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if name.endswith(('cls_token', 'pos_embed')) or 'norm' in name:
+                p.add_(torch.randn_like(p) * 0.1)  # timm starts these at 0 / 1: a wrong load shows
+    return net.eval()
+
+
+def moco_v3_vit(body: dict) -> dict:
+    """MoCo v3's main_moco.py checkpoint of a ViT: the projection MLP is the ViT's ``head``."""
+    width = body['cls_token'].shape[-1]
+    state = {f'module.base_encoder.{k}': v for k, v in body.items()}
+    state.update({f'module.momentum_encoder.{k}': (v + 1 if k == 'cls_token' else v) for k, v in body.items()})
+    for encoder in ('base_encoder', 'momentum_encoder'):
+        mlp = _mlp(f'module.{encoder}.head.', dims=(width, 16, 16, 8), bn=True)
+        state.update({k: v for k, v in mlp.items() if not k.endswith('.bias') or '.1.' in k or '.4.' in k})
+    state.update(_mlp('module.predictor.', dims=(8, 16, 8), bn=True))
+    return {'epoch': 300, 'arch': 'vit_small', 'state_dict': state, 'optimizer': _optimizer_state(),
+            'scaler': {'scale': 65536.0, 'growth_factor': 2.0, 'backoff_factor': 0.5,
+                       'growth_interval': 2000, '_growth_tracker': 3}}
+
+
+def dino_backbone_only(body: dict) -> dict:
+    """DINO's "backbone only" file: the teacher's ViT state dict, bare timm-style keys, no head."""
+    return dict(body)
+
+
+VIT_LAYOUTS = {'moco_v3': moco_v3_vit, 'dino': dino_backbone_only}
+
+
+@pytest.mark.parametrize('kind', list(VIT_LAYOUTS))
+def test_vit_layouts_load_without_flags_and_compute_the_source_network(kind, tmp_path):
+    net = vit_source(kind)
+    body = net.state_dict()
+    path = str(tmp_path / f'{kind}_vit.pth')
+    torch.save(VIT_LAYOUTS[kind](body), path)
+    encoder = load_encoder(path).eval()
+    assert {k: v for k, v in encoder.backbone_cfg.items() if k != 'pretrained'} == VIT_EXPECTED[kind]
+    state = encoder.backbone.model.state_dict()
+    assert set(state) == set(body) and all(torch.equal(state[k], body[k]) for k in body)
+    x = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(encoder.backbone(x), net(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('name, heads, expected', [
+    ('vit_small_patch16_224', None, dict(type='ViTBackbone', model_name='vit_small_patch16_224')),
+    ('vit_base_patch16_224', None, dict(type='ViTBackbone', model_name='vit_base_patch16_224')),
+    ('vit_small_patch16_224', 12, dict(type='ViTBackbone', model_name='vit_small_patch16_224', num_heads=12)),
+])
+def test_published_vit_sizes_are_read_from_their_shapes(name, heads, expected):
+    import timm
+    with torch.device('meta'):  # ViT-S/16, ViT-B/16: DINO's and MoCo v3's shapes, no memory
+        state = timm.create_model(name, num_classes=0).state_dict()
+    assert infer_backbone_config(state, heads) == expected

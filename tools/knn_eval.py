@@ -3,7 +3,8 @@
 The data come from a config: ``--config FILE`` (e.g. the training config) or ``--dataset NAME``
 (``configs/_base_/datasets/NAME.py``); a checkpoint's own config decides only its architecture. The bank is its
 training split (the whole split: subset keys are dropped), the queries its kNN hook's
-``val_dataset`` (or the config's ``val_dataset``), both under its eval transform.
+``val_dataset`` (or the config's ``val_dataset``), both under its eval transform. ``--zoo NAME``
+evaluates a model zoo entry: its file is downloaded, verified and cached, and read like any other.
 """
 import argparse
 import copy
@@ -20,6 +21,7 @@ from ifnd.settings import check_knn
 from ifnd.evaluation.class_match import match_eval_classes
 from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder
+from ifnd.zoo.errors import UnverifiedError
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DATASET_CONFIG_DIR = osp.join(REPO, 'configs', '_base_', 'datasets')
@@ -32,8 +34,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Weighted cosine kNN (InstDisc/DINO protocol) on frozen, L2-normalised backbone '
                     "features: the training split is the bank, the validation split the queries.")
-    parser.add_argument('checkpoint', help='training checkpoint, backbone file, or MoCo, PCL, solo-learn, '
-                        'mmselfsup, VISSL, torchvision/timm checkpoint')
+    parser.add_argument('checkpoint', nargs='?', help='training checkpoint, backbone file, or MoCo, PCL, '
+                        'HCSC, solo-learn, mmselfsup, VISSL, DINO, torchvision/timm checkpoint (or --zoo)')
+    parser.add_argument('--zoo', metavar='NAME', help='evaluate a model zoo entry (ifnd-zoo list) in '
+                        'place of a checkpoint: downloaded, verified and cached as ifnd-zoo download does')
+    parser.add_argument('--trust-remote', action='store_true', help='with --zoo: allow an entry whose '
+                        'authors publish no checksum (its SHA-256 is recorded at the first download)')
     source = parser.add_mutually_exclusive_group()
     source.add_argument('--config', help="a training or dataset config giving the data (default: the "
                         "checkpoint's own training config)")
@@ -84,9 +90,24 @@ def data_settings(cfg: Config) -> dict:
     return dict(train_dataset=train, val_dataset=copy.deepcopy(dict(val)), pipeline=copy.deepcopy(pipeline))
 
 
+def zoo_checkpoint(name: str, trust: bool) -> str:
+    """The cached, verified file of a model zoo entry; a refusal ends with a one-line error."""
+    from ifnd.zoo import download
+    try:
+        return download(name, trust=trust)
+    except UnverifiedError as err:
+        raise SystemExit(f'error: {err}; or pass --trust-remote to this tool') from None
+    except (KeyError, RuntimeError, OSError, ValueError) as err:
+        raise SystemExit(f'error: {" ".join(str(err).strip(chr(34) + chr(39)).split())}') from None
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Extract bank and query features, run kNN for every k, print and save the results."""
     args = parse_args(argv)
+    if (args.checkpoint is None) == (args.zoo is None):
+        raise SystemExit('error: give a checkpoint file or --zoo NAME (one of them)')
+    if args.zoo is not None:
+        args.checkpoint = zoo_checkpoint(args.zoo, args.trust_remote)
     check_arguments(inputs={'checkpoint': args.checkpoint, '--config': args.config}, outputs={'--out': args.out},
                     batch_size=args.batch_size, num_workers=args.num_workers)
     with input_errors_as_messages():
@@ -132,7 +153,7 @@ def run(args: argparse.Namespace) -> dict:
     print('| k | top-1 (%) |\n|---|---|')
     for k, acc in top1.items():
         print(f'| {k} | {acc:.2f} |')
-    result = dict(checkpoint=osp.abspath(args.checkpoint), data_config=source, **settings,
+    result = dict(checkpoint=osp.abspath(args.checkpoint), zoo=args.zoo, data_config=source, **settings,
                   num_bank=len(bank_set), num_queries=len(query_set), num_classes=num_classes,
                   feature_dim=int(bank.shape[1]), temperature=args.temperature,
                   top1={str(k): acc for k, acc in top1.items()})

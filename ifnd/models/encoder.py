@@ -2,8 +2,8 @@
 
 Weights come from any of the layouts in ``CHECKPOINT_LAYOUTS``: this project's training
 checkpoints and backbone-only files (which carry their backbone config), MoCo v1/v2/v3, PCL,
-solo-learn, mmselfsup/mmpretrain, VISSL, and torchvision/timm state dicts. Files without a config
-have their ResNet architecture read from the weights' keys and shapes
+HCSC, solo-learn, mmselfsup/mmpretrain, VISSL, DINO, and torchvision/timm state dicts. Files
+without a config have their ResNet or ViT architecture read from the weights' keys and shapes
 (:func:`infer_backbone_config`).
 """
 import copy
@@ -18,6 +18,7 @@ from ifnd.fileio import read_checkpoint as load_checkpoint_file  # the tools' na
 from ifnd.fileio.checkpoint import check_weights
 from ifnd.fileio.checkpoint_layouts import backbone_state, key_prefixes
 from ifnd.models.architecture import checkpoint_architecture
+from ifnd.models.vit_architecture import checkpoint_num_heads, infer_vit_config, is_vit_state
 from ifnd.registry import MODELS
 
 IMAGENET_PREPROCESSOR = dict(type='ContrastiveDataPreprocessor', mean=(0.485, 0.456, 0.406),
@@ -86,8 +87,11 @@ def _resnet_candidates(depth: int) -> list[str]:
     return [n for n in timm.list_models(module='resnet') if pattern.search(n)]
 
 
-def infer_backbone_config(state: dict[str, torch.Tensor]) -> dict:
-    """The ``TimmBackbone`` config that rebuilds exactly the ResNet whose weights ``state`` holds.
+def infer_backbone_config(state: dict[str, torch.Tensor], num_heads: int | None = None) -> dict:
+    """The backbone config that rebuilds exactly the ResNet or ViT whose weights ``state`` holds.
+
+    A timm-style Vision Transformer is read by :func:`infer_vit_config` (``num_heads``: the
+    attention heads its file states, which its shapes cannot show).
 
     Reads the block type (basic or bottleneck) and per-stage block counts (hence the depth),
     the stem and stage widths (``stem_width``, ``channels``) and a 3x3 ``conv1`` (the CIFAR stem,
@@ -95,6 +99,8 @@ def infer_backbone_config(state: dict[str, torch.Tensor]) -> dict:
     ``resnet{depth}``; other ResNet-family weights are matched against timm's variants, and an
     error lists them when several fit or none does.
     """
+    if is_vit_state(state):
+        return _vit_config(state, num_heads)
     counts = []
     for stage in range(1, 5):
         blocks = {int(m.group(1)) for k in state if (m := re.match(rf'layer{stage}\.(\d+)\.', k))}
@@ -139,6 +145,20 @@ def infer_backbone_config(state: dict[str, torch.Tensor]) -> dict:
                      f'timm ResNet variant of that depth matches exactly (tried '
                      f'{", ".join(_resnet_candidates(depth)) or "none"}); {MODEL_NAME_HINT} and the '
                      'options it needs')
+
+
+def _vit_config(state: dict[str, torch.Tensor], num_heads: int | None) -> dict:
+    """The ``ViTBackbone`` config of ViT weights, refused unless it has exactly their keys and shapes."""
+    try:
+        cfg = infer_vit_config(state, num_heads)
+    except ValueError as err:
+        raise ValueError(f'the weights are a Vision Transformer whose architecture cannot be read '
+                         f'from them: {err}; {MODEL_NAME_HINT}') from None
+    if not backbone_fits(cfg, state):
+        raise ValueError(f'the weights are a Vision Transformer that {cfg} does not match exactly '
+                         f'(keys: {key_prefixes(state, 1, 8)}); {MODEL_NAME_HINT} and the options '
+                         'it needs')
+    return cfg
 
 
 def _mismatch_error(backbone: torch.nn.Module, state: dict, source: str) -> ValueError:
@@ -207,7 +227,7 @@ def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_
             backbone = default
         else:
             try:
-                backbone = infer_backbone_config(state)
+                backbone = infer_backbone_config(state, checkpoint_num_heads(checkpoint))
             except ValueError as err:
                 if 'model_name' not in default:
                     raise ValueError(f'{source}: {err}') from None

@@ -16,7 +16,8 @@ holding the files by name.
 - ``errors.py``: what a source, a checksum or the cache refuses
 - ``cache.py``: the cache folder, checksums and the records of first downloads
 - ``sources.py``: fetching from a URL or a mirror folder; ``hub.py``: from the Hugging Face Hub
-- ``loading.py``: ``download``, ``load_checkpoint`` and ``get_model``
+- ``loading.py``: ``download``, ``load_checkpoint``, ``get_model`` and ``checkpoint_path``
+  (``zoo:NAME``, as ``model.pretrained`` of a linear evaluation takes it)
 - ``readme.py``: ``model_zoo/README.md`` generated from the index; ``cli.py``: ``ifnd-zoo``
 """
 from .cache import cache_dir, sha256sum, verification
@@ -25,11 +26,11 @@ from .errors import (CacheLinkError, ChecksumError, OversizeError, PermanentErro
                      SourceNotFoundError, UnverifiedError, WebPageError)
 from .index import (INDEX_PATH, ZooIndexError, check_entry, check_index, info, list_models,
                     plain_name, read_index_file, source_problem)
-from .loading import download, get_model, load_checkpoint
+from .loading import ZOO_PREFIX, checkpoint_path, download, get_model, load_checkpoint
 from .readme import is_baseline, render_readme
 
 __all__ = ['CacheLinkError', 'ChecksumError', 'INDEX_PATH', 'OversizeError', 'PermanentError',
-           'SizeError', 'SourceNotFoundError', 'UnverifiedError', 'WebPageError', 'ZooIndexError',
-           'cache_dir', 'check_entry', 'check_index', 'download', 'get_model', 'info',
-           'is_baseline', 'list_models', 'load_checkpoint', 'main', 'plain_name',
+           'SizeError', 'SourceNotFoundError', 'UnverifiedError', 'WebPageError', 'ZOO_PREFIX',
+           'ZooIndexError', 'cache_dir', 'check_entry', 'check_index', 'checkpoint_path', 'download',
+           'get_model', 'info', 'is_baseline', 'list_models', 'load_checkpoint', 'main', 'plain_name',
            'read_index_file', 'render_readme', 'sha256sum', 'source_problem', 'verification']

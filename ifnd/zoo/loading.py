@@ -108,6 +108,16 @@ def _keep_verified(entry: dict, fetched: str, target: str, record: dict | None, 
     return True
 
 
+ZOO_PREFIX = 'zoo:'
+
+
+def checkpoint_path(reference: str, **download_kwargs) -> str:
+    """The local file of a checkpoint reference: ``zoo:NAME`` downloaded and verified, else the path."""
+    if isinstance(reference, str) and reference.startswith(ZOO_PREFIX):
+        return download(reference[len(ZOO_PREFIX):], **download_kwargs)
+    return reference
+
+
 def load_checkpoint(name: str, **download_kwargs) -> dict:
     """A published checkpoint, downloaded if needed and loaded with ``weights_only=True``."""
     from ifnd.fileio import read_checkpoint
