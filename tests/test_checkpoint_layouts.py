@@ -353,11 +353,13 @@ def test_knn_eval_asks_for_data_when_a_peer_config_is_not_ours(files):
 
 # Vision Transformers: timm's VisionTransformer as the source network, at 16 pixels in 4-pixel
 # patches. MoCo v3's ViTs have 12 heads (its vits.py), DINO's 64-wide ones (its vision_transformer.py).
-VIT_SOURCES = {'moco_v3': dict(embed_dim=48, num_heads=12), 'dino': dict(embed_dim=128, num_heads=2)}
+VIT_SOURCES = {'moco_v3': dict(embed_dim=48, num_heads=12), 'dino': dict(embed_dim=128, num_heads=2),
+               'dino_hub': dict(embed_dim=128, num_heads=2)}
 VIT_EXPECTED = {'moco_v3': dict(type='ViTBackbone', model_name='vit_small_patch16_224', img_size=16,
                                 patch_size=4, embed_dim=48, depth=2, num_heads=12),
                 'dino': dict(type='ViTBackbone', model_name='vit_small_patch16_224', img_size=16,
                              patch_size=4, embed_dim=128, depth=2, num_heads=2)}
+VIT_EXPECTED['dino_hub'] = VIT_EXPECTED['dino']
 
 
 def vit_source(kind: str) -> nn.Module:
@@ -391,7 +393,28 @@ def dino_backbone_only(body: dict) -> dict:
     return dict(body)
 
 
-VIT_LAYOUTS = {'moco_v3': moco_v3_vit, 'dino': dino_backbone_only}
+HF_NAMES = {'norm1': 'layernorm_before', 'attn.proj': 'attention.output.dense', 'norm2': 'layernorm_after',
+            'mlp.fc1': 'intermediate.dense', 'mlp.fc2': 'output.dense'}
+
+
+def dino_hub_transformers(body: dict) -> dict:
+    """The Hub's transformers copy of a DINO ViT, as convert_dino_to_pytorch.py renames it for a
+    ViTModel without pooler: ``embeddings.*``, ``encoder.layer.N.*`` (q, k, v apart), ``layernorm.*``."""
+    width = body['cls_token'].shape[-1]
+    out = {'embeddings.cls_token': body['cls_token'], 'embeddings.position_embeddings': body['pos_embed'],
+           'layernorm.weight': body['norm.weight'], 'layernorm.bias': body['norm.bias']}
+    for kind in ('weight', 'bias'):
+        out[f'embeddings.patch_embeddings.projection.{kind}'] = body[f'patch_embed.proj.{kind}']
+    for i in range(1 + max(int(k.split('.')[1]) for k in body if k.startswith('blocks.'))):
+        for kind in ('weight', 'bias'):
+            for timm_name, hf_name in HF_NAMES.items():
+                out[f'encoder.layer.{i}.{hf_name}.{kind}'] = body[f'blocks.{i}.{timm_name}.{kind}']
+            for part, value in zip(('query', 'key', 'value'), body[f'blocks.{i}.attn.qkv.{kind}'].split(width)):
+                out[f'encoder.layer.{i}.attention.attention.{part}.{kind}'] = value.clone()
+    return out
+
+
+VIT_LAYOUTS = {'moco_v3': moco_v3_vit, 'dino': dino_backbone_only, 'dino_hub': dino_hub_transformers}
 
 
 @pytest.mark.parametrize('kind', list(VIT_LAYOUTS))

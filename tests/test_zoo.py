@@ -583,7 +583,7 @@ def test_the_repository_index_lists_the_published_baselines(monkeypatch):
     for name in ('moco_v1_r50_200e_in1k', 'moco_v2_r50_200e_in1k', 'moco_v2_r50_800e_in1k',
                  'mmpretrain_mocov2_r50_200e_in1k', 'moco_v3_r50_1000e_in1k', 'pcl_v2_r50_200e_in1k',
                  'dino_r50_in1k', 'moco_v3_vits16_300e_in1k', 'moco_v3_vitb16_300e_in1k',
-                 'dino_vits16_in1k', 'dino_vitb16_in1k', 'hcsc_r50_200e_in1k',
+                 'dino_vits16_in1k', 'dino_vitb16_in1k', 'dino_vits16_in1k_hf', 'hcsc_r50_200e_in1k',
                  'hcsc_multicrop_r50_200e_in1k'):
         entry = zoo.info(name)
         assert entry['published_in']['repository'] and len(entry['published_in']['commit']) == 40

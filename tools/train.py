@@ -15,6 +15,7 @@ from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.engine.work_dir import (check_new_run, check_written_in_place, differences_from_run, hold_work_dir,
                                   holds_run, inputs_in_run, remove_run, requeue_count)
 from ifnd.registry import RUNNERS
+from ifnd.zoo.loading import ZOO_PREFIX, checkpoint_path
 
 # --resume without a value: the latest checkpoint in the work dir, refused where there is none.
 LATEST = 'latest'
@@ -50,8 +51,21 @@ def build_config(args: argparse.Namespace) -> Config:
     """The config with the command line applied."""
     # runner_config's 'auto' is the latest checkpoint; --resume auto is settled in prepare_work_dir.
     resume = {LATEST: 'auto', 'auto': None}.get(args.resume, args.resume)
-    return runner_config(args.config, args.work_dir, resume, args.amp, args.cfg_options,
-                         args.launcher)
+    cfg = runner_config(args.config, args.work_dir, resume, args.amp, args.cfg_options,
+                        args.launcher)
+    pretrained = (cfg.get('model') or {}).get('pretrained')
+    if isinstance(pretrained, str) and pretrained.startswith(ZOO_PREFIX):
+        cfg.model.pretrained = zoo_file(pretrained)
+    return cfg
+
+
+def zoo_file(reference: str) -> str:
+    """The downloaded, verified file of ``model.pretrained=zoo:NAME``; a refusal is one line."""
+    try:
+        return checkpoint_path(reference, progress=process_rank() == '0')
+    except (KeyError, RuntimeError) as err:  # an unknown name, an unverifiable file, no source
+        raise SystemExit(f'error: model.pretrained={reference}: '
+                         f'{" ".join(str(err).strip(chr(34) + chr(39)).split())}') from None
 
 
 def optimizer_options(cfg_options: dict | None) -> tuple[str, ...]:

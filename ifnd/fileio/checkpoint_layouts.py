@@ -1,10 +1,13 @@
 """The layouts a checkpoint may hold a backbone in, and the backbone's weights read from any of them.
 
-ifnd's own training checkpoints, MoCo v1/v2/v3, PCL, solo-learn, mmselfsup/mmpretrain, VISSL and
-bare torchvision/timm state dicts: the backbone's keys come out under timm/torchvision names,
+ifnd's own training checkpoints, MoCo v1/v2/v3, PCL, HCSC, solo-learn, mmselfsup/mmpretrain,
+VISSL, bare torchvision/timm state dicts (DINO's backbone-only files) and transformers' ViTs (the
+Hugging Face Hub's copies of DINO): the backbone's keys come out under timm/torchvision names,
 head keys dropped.
 """
 import torch
+
+from .hf_vit import hf_vit_prefix, hf_vit_to_timm
 
 # (where, key prefix of the backbone inside the state dict), tried in this order; the first prefix
 # that some key starts with is the backbone.
@@ -58,6 +61,9 @@ def key_prefixes(keys, depth: int = 2, limit: int = 12) -> str:
 def backbone_state(checkpoint: dict, source: str = 'checkpoint') -> dict[str, torch.Tensor]:
     """The backbone's weights under timm/torchvision key names, from any supported layout."""
     state = _inner_state(checkpoint)
+    hf_prefix = hf_vit_prefix(state)
+    if hf_prefix is not None:  # transformers' ViT: renamed, nothing else in the file is a backbone
+        return hf_vit_to_timm(state, hf_prefix)
     for prefix in BACKBONE_PREFIXES:
         if any(k.startswith(prefix) for k in state):
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
@@ -69,5 +75,6 @@ def backbone_state(checkpoint: dict, source: str = 'checkpoint') -> dict[str, to
                 f'{source}: unknown checkpoint layout. Top-level keys: '
                 f'[{", ".join(map(str, list(checkpoint)[:12]))}]; tensor key prefixes: '
                 f'[{key_prefixes(state) or "none"}]. Layouts read: {layouts}; or a bare '
-                'torchvision/timm state dict. Re-save the backbone under one of these prefixes')
+                'torchvision/timm state dict, or a transformers ViT. Re-save the backbone under one of '
+                'these prefixes')
     return {k: v for k, v in state.items() if not k.startswith(HEAD_PREFIXES)}

@@ -32,9 +32,9 @@ class ImageClassifier(BaseModel):
     """Backbone + linear head trained with cross-entropy; ``frozen`` selects the linear protocol.
 
     ``pretrained`` is any checkpoint :func:`load_backbone_weights` reads (training checkpoints,
-    backbone-only files, MoCo, PCL, HCSC, solo-learn, mmselfsup, VISSL, DINO, torchvision/timm),
-    or a model zoo name as ``zoo:NAME`` (downloaded and verified; an entry whose authors publish no
-    checksum needs ``ifnd-zoo download NAME --trust-remote`` once, which records it). ``backbone``
+    backbone-only files, MoCo, PCL, HCSC, solo-learn, mmselfsup, VISSL, DINO, torchvision/timm,
+    transformers ViTs); ``tools/train.py`` turns a model zoo name, ``zoo:NAME``, into its
+    downloaded, verified file. ``backbone``
     is used when it fits the checkpoint's weights; otherwise the checkpoint's own backbone (its
     config, or the ResNet its weights describe) replaces it, with a warning.
     ``predict`` returns one ``dict(pred_score, gt_label)`` per sample for the ``Accuracy`` metric.
@@ -47,9 +47,6 @@ class ImageClassifier(BaseModel):
                          init_cfg=init_cfg)
         if num_classes < 1:
             raise ValueError(f'num_classes must be >= 1, got {num_classes}')
-        if pretrained:
-            from ifnd.zoo.loading import checkpoint_path
-            pretrained = checkpoint_path(pretrained, progress=False)
         checkpoint = load_checkpoint_file(pretrained) if pretrained else None
         if checkpoint is not None and not backbone_fits(backbone, backbone_state(checkpoint, pretrained)):
             configured, backbone = backbone, resolve_backbone_config(checkpoint, pretrained)
