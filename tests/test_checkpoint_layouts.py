@@ -442,3 +442,16 @@ def test_published_vit_sizes_are_read_from_their_shapes(name, heads, expected):
     with torch.device('meta'):  # ViT-S/16, ViT-B/16: DINO's and MoCo v3's shapes, no memory
         state = timm.create_model(name, num_classes=0).state_dict()
     assert infer_backbone_config(state, heads) == expected
+
+
+def test_linear_classifier_keeps_the_heads_a_moco_v3_vit_states(tmp_path):
+    net = vit_source('moco_v3')
+    path = str(tmp_path / 'vit-s.pth.tar')
+    torch.save(moco_v3_vit(net.state_dict()), path)
+    six_heads = {k: v for k, v in VIT_EXPECTED['moco_v3'].items() if k != 'num_heads'}  # same shapes
+    for backbone in (dict(six_heads, num_heads=4), VIT_EXPECTED['moco_v3']):
+        model = MODELS.build(dict(type='ImageClassifier', num_classes=10, pretrained=path, backbone=backbone))
+        assert model.backbone.model.blocks[0].attn.num_heads == 12
+        x = torch.randn(2, 3, 16, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(model.extract_feat(x), net(x), rtol=0, atol=0)

@@ -25,6 +25,16 @@ from ifnd.registry import MODELS
 
 from .encoder import (IMAGENET_PREPROCESSOR, backbone_fits, load_backbone_weights,
                       load_checkpoint_file, resolve_backbone_config)
+from .vit_architecture import checkpoint_num_heads
+
+
+def _fits(backbone: dict, checkpoint: dict, source: str) -> bool:
+    """Whether a backbone config has the checkpoint's keys and shapes, and the attention heads
+    it states (MoCo v3's ViTs: 12, which no shape shows)."""
+    if not backbone_fits(backbone, backbone_state(checkpoint, source)):
+        return False
+    heads = checkpoint_num_heads(checkpoint)
+    return heads is None or backbone.get('type') != 'ViTBackbone' or backbone.get('num_heads') == heads
 
 
 @MODELS.register_module()
@@ -48,7 +58,7 @@ class ImageClassifier(BaseModel):
         if num_classes < 1:
             raise ValueError(f'num_classes must be >= 1, got {num_classes}')
         checkpoint = load_checkpoint_file(pretrained) if pretrained else None
-        if checkpoint is not None and not backbone_fits(backbone, backbone_state(checkpoint, pretrained)):
+        if checkpoint is not None and not _fits(backbone, checkpoint, pretrained):
             configured, backbone = backbone, resolve_backbone_config(checkpoint, pretrained)
             print_log(f'ImageClassifier: model.backbone {dict(configured)} does not fit {pretrained}; '
                       f'using the checkpoint\'s backbone {backbone}', logger='current',
