@@ -32,8 +32,8 @@ report from those results, marked as a rehearsal.
 
 Example::
 
-    python benchmarks/gpu_report.py --out-dir work_dirs/gpu_report    # at most 7 min of parts on one H100
-    python benchmarks/gpu_report.py --rehearse                        # any machine, about a minute
+    python -m benchmarks.gpu_report --out-dir work_dirs/gpu_report    # at most 7 min of parts on one H100
+    python -m benchmarks.gpu_report --rehearse                        # any machine, about a minute
 """
 from __future__ import annotations
 
@@ -54,10 +54,9 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.common import REPO, HelpFormatter, describe_device, digits_as_fmnist
+
 HERE = osp.dirname(osp.abspath(__file__))
-REPO = osp.dirname(HERE)
-sys.path.insert(0, HERE)  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, digits_as_fmnist  # noqa: E402
 
 BUDGET_S = 420.0  # default --budget: seven minutes of parts, what a short GPU loan leaves for them
 # Tests with a CUDA branch or a CUDA-only body (they skip or check the CPU alone without a GPU).
@@ -209,12 +208,17 @@ def pytest_collection_modifyitems(config: object, items: list) -> None:
         item.add_marker(pytest.mark.skip(reason='gpu_report --rehearse: collected only; runs on a CUDA device'))
 
 
+def module_name(part: Part) -> str:
+    """The module of a script part (``benchmarks.step_cost`` for ``step_cost.py``)."""
+    return f'benchmarks.{osp.splitext(part.script)[0]}'
+
+
 def command(part: Part, result_path: str) -> list[str]:
     """The part's command line, its result written to ``result_path``."""
     args = [a.replace('{json}', result_path) for a in part.args]
     if part.script == 'pytest':
         return [sys.executable, '-m', 'pytest', *args]
-    return [sys.executable, osp.join(HERE, part.script), *args]
+    return [sys.executable, '-m', module_name(part), *args]
 
 
 def junit_counts(path: str) -> dict:
@@ -355,11 +359,11 @@ def _profile_lines(results: dict) -> list[str]:
     lines = []
     profile = results.get('step_profile', {}).get('result')
     if profile:
-        from op_count import ops_table
+        from benchmarks.op_count import ops_table
         lines += ['', ops_table(profile)]
     decode = results.get('jpeg_folder', {}).get('result', {}).get('decode')
     if decode:
-        from throughput import decode_line
+        from benchmarks.throughput import decode_line
         lines += ['', f'The ImageNet recipe on JPEGs. {decode_line(decode)}']
     return lines
 
@@ -426,7 +430,7 @@ def check_commands(all_parts: list[Part], out_dir: str) -> None:
         else:
             if not osp.isfile(osp.join(HERE, part.script)):
                 raise SystemExit(f'error: {part.name}: benchmarks/{part.script} not found')
-            module = importlib.import_module(osp.splitext(part.script)[0])
+            module = importlib.import_module(module_name(part))
             try:
                 module.parse_args(args)
             except SystemExit as err:

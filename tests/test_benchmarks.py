@@ -1,5 +1,5 @@
 """The step-cost and clustering-cost benchmarks run end to end with tiny settings."""
-import importlib.util
+import importlib
 import json
 import math
 import os.path as osp
@@ -14,16 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-BENCHMARKS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'benchmarks')
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+BENCHMARKS = osp.join(REPO, 'benchmarks')
 
 
-def _load(name, folder=BENCHMARKS):
-    """Import <folder>/<name>.py as a module (benchmarks/ and tools/ are scripts, not packages)."""
-    path = osp.join(folder, f'{name}.py')
-    spec = importlib.util.spec_from_file_location(f'bench_{name}', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _load(name):
+    """The benchmark module ``benchmarks.<name>``."""
+    return importlib.import_module(f'benchmarks.{name}')
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +119,7 @@ def test_step_cost_follows_the_recipes_and_times_gpu_steps_by_cuda_events(monkey
         def elapsed_time(self, end):
             return 1000.0 * (end.at - self.at)
 
-    common = sys.modules['common']  # the helpers the script imported
+    common = _load('common')  # the helpers the script imported
     monkeypatch.setattr(torch.cuda, 'Event', FakeEvent)
     read = common.time_call(lambda: time.sleep(0.01), torch.device('cuda'))
     assert 0.01 <= read() < 1.0
@@ -204,7 +201,7 @@ def test_throughput_fmnist_preset_commands_and_results(tmp_path, capsys):
                    'train_dataloader.dataset.data_root=/data/fmnist', 'model.backbone.compile=False'):
         assert option in device.split() and option in cpu.split()
     # Every option names a key of the configs (tools/train.py's checks pass).
-    train_tool = _load('train', osp.join(osp.dirname(BENCHMARKS), 'tools'))
+    from helpers import train_tool
     args = bench.parse_args(argv)
     for views in ('device', 'cpu'):
         command, work_dir = bench.preset_command(views, args)
@@ -260,7 +257,7 @@ def test_clustering_cost_rejects_too_many_clusters():
 
 @pytest.mark.parametrize('name', ['step_cost', 'clustering_cost', 'false_negatives'])
 def test_help(name):
-    proc = subprocess.run([sys.executable, osp.join(BENCHMARKS, f'{name}.py'), '--help'],
+    proc = subprocess.run([sys.executable, '-m', f'benchmarks.{name}', '--help'], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r'--out\b', proc.stdout)
@@ -515,7 +512,7 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
 
 def test_false_negatives_failed_run_does_not_cancel_the_others(tmp_path, monkeypatch):
     bench = _load('false_negatives')
-    from fn_harness import cli
+    from benchmarks.fn_harness import cli
     tried = []
 
     def run_plan(plan, args):
@@ -719,8 +716,7 @@ def test_false_negatives_resummarises_the_published_cpu_result(tmp_path, capsys)
 
 def test_false_negatives_table_keeps_a_row_without_timings():
     """Runs that logged no seconds leave only the time cell empty, not the whole row."""
-    _load('false_negatives')  # puts the harness package on the path
-    from fn_harness import report
+    from benchmarks.fn_harness import report
     with open(osp.join(osp.dirname(BENCHMARKS), 'docs', 'false_negatives_cpu.json')) as f:
         result = json.load(f)
     for run in result['runs']:
@@ -732,7 +728,7 @@ def test_false_negatives_table_keeps_a_row_without_timings():
 
 def _settings(argv):
     """The settings a result of ``argv`` records, as its JSON holds them."""
-    from fn_harness.cli import _NOT_SETTINGS
+    from benchmarks.fn_harness.cli import _NOT_SETTINGS
 
     from ifnd.fileio import json_safe
     args = _load('false_negatives').parse_args(argv)
@@ -972,7 +968,7 @@ def test_false_negatives_gpu_slot_refused_without_cuda(tmp_path):
 def test_false_negatives_time_limit_stops_a_run_and_skips_one_that_cannot_finish(tmp_path,
                                                                                   capsys):
     bench = _load('false_negatives')
-    from fn_harness import running
+    from benchmarks.fn_harness import running
     args = bench.parse_args(['--preset', 'digits', '--work-dir', str(tmp_path)])
     args.time_limit_clock = running.TimeLimit(1.0)
     plan = {'method': 'simclr', 'seed': 0, 'work_dir': str(tmp_path / 'simclr'),
@@ -994,7 +990,7 @@ def test_false_negatives_time_limit_stops_a_run_and_skips_one_that_cannot_finish
 def test_false_negatives_time_limit_with_no_run_finished(tmp_path, monkeypatch, capsys):
     """Runs stopped by the time limit are named, and one line says nothing finished."""
     bench = _load('false_negatives')
-    from fn_harness import cli
+    from benchmarks.fn_harness import cli
     monkeypatch.setattr(cli, 'run_plan', lambda plan, args: None)
     with pytest.raises(SystemExit, match=r'^no run finished in the time limit \(5 s\); nothing '
                                          r'to report: raise --time-limit'):
@@ -1035,8 +1031,7 @@ def test_false_negatives_gpu_slot_rehearsal_adds_a_seed_per_run(tmp_path):
 def test_the_harness_shows_each_rounds_accepted_share_and_flag_precision():
     """Runs whose rounds carry the flags' precision get an acceptance table per clustering method;
     runs without them get none."""
-    _load('false_negatives')
-    from fn_harness import report
+    from benchmarks.fn_harness import report
     with open(osp.join(osp.dirname(BENCHMARKS), 'docs', 'false_negatives_cpu.json')) as f:
         result = json.load(f)
     before = report.markdown_tables(result)

@@ -12,9 +12,7 @@ import pytest
 import torch
 from fake_data import rgb_image
 
-BENCHMARKS = osp.join(osp.dirname(osp.abspath(__file__)), '..', 'benchmarks')
-sys.path.insert(0, BENCHMARKS)
-import gpu_report  # noqa: E402
+from benchmarks import clustering_cost, gpu_report, step_cost
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 
@@ -244,11 +242,11 @@ def test_the_figures_are_read_from_the_benchmarks_real_output(tmp_path):
     """step_cost.py and clustering_cost.py at tiny sizes on the CPU: every key the report reads exists."""
     threads = torch.get_num_threads()
     try:
-        gpu_report.importlib.import_module('step_cost').main([
+        step_cost.main([
             '--pairs', 'moco', '--no-encoder', '--batch-size', '4', '--image-size', '8', '--neck-hidden', '16',
             '--out-dim', '8', '--queue-len', '64', '--num-samples', '256', '--warmup', '1', '--repeats', '1',
             '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'step.json')])
-        gpu_report.importlib.import_module('clustering_cost').main([
+        clustering_cost.main([
             '--backends', 'torch', '--num-samples', '300', '--ks', '3,5', '--niter', '2', '--dim', '8',
             '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'clustering.json')])
     finally:

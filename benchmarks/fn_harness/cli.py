@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Sequence
 
-from common import report_results
+from ..common import report_results
 
 from .merge import check_previous, merge
 from .plan import load_config, make_plans, training_data

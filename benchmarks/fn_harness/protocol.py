@@ -8,7 +8,7 @@ import os.path as osp
 import sys
 from typing import Sequence
 
-from common import HelpFormatter
+from ..common import HelpFormatter
 
 from ifnd.settings import check_temperature
 
