@@ -10,9 +10,10 @@ from typing import Sequence
 
 from ..common import report_results
 
+from .arguments import parse_args
 from .merge import check_previous, merge
 from .plan import load_config, make_plans, training_data
-from .protocol import TITLES, parse_args
+from .protocol import TITLES
 from .report import markdown_tables, plot
 from .results import collect
 from .running import TimeLimit, run_plan, training_device
