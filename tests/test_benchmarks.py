@@ -306,7 +306,7 @@ def test_false_negatives_dry_run_commands(capsys):
     bench = _load('false_negatives')
     for line, config in zip(pretrain, configs):
         method = config.split('/')[1][:-len('_r18')]
-        for key, value in bench.CPU_METHOD_OPTIONS.get(method, {}).items():
+        for key, value in bench.METHODS[method].options.get('cpu', {}).items():
             assert f' {key}={value}' in line
     assert 'model.tau_plus' not in pretrain[0] and 'model.beta' not in pretrain[0]  # SimCLR
 
@@ -318,12 +318,13 @@ def test_false_negatives_digits_preset_commands(capsys):
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
     assert len(commands) == 2 * len(bench.METHODS) * 5
     pretrain, linear = commands[0::2], commands[1::2]
+    methods = list(bench.METHODS.values())
     for i, line in enumerate(pretrain):
-        method, seed = bench.METHODS[i % len(bench.METHODS)], i // len(bench.METHODS)
-        assert f' {bench.DATASETS["digits"][method]} ' in line
+        method, seed = methods[i % len(methods)], i // len(methods)
+        assert f' {method.config("digits")} ' in line
         assert f'randomness.seed={seed} ' in line and 'digits_digits_test' in line
         assert 'train_dataloader.batch_size=64' in line and 'train_cfg.max_epochs=8' in line
-        for key, value in bench.DIGITS_METHOD_OPTIONS.get(method, {}).items():
+        for key, value in method.options.get('digits', {}).items():
             assert f' {key}={value}' in line
         assert 'subset_fraction' not in line  # all of the training split
     for line in linear:
@@ -338,9 +339,9 @@ def test_false_negatives_method_options(capsys):
                              'fnc_elim:model.top_k=10'])
     assert args.method_options['debiased'] == {'model.tau_plus': '0.05'}
     assert args.method_options['fnc_elim'] == {'model.top_k': '10'}
-    assert args.method_options['hard_negative'] == bench.CPU_METHOD_OPTIONS['hard_negative']
+    assert args.method_options['hard_negative'] == bench.METHODS['hard_negative'].options['cpu']
     assert bench.PRESETS['cpu']['method_options']['debiased'] == \
-        bench.CPU_METHOD_OPTIONS['debiased']  # the preset itself is not changed
+        bench.METHODS['debiased'].options['cpu']  # the preset itself is not changed
     assert bench.parse_args(['--preset', 'gpu']).method_options == {}
     for bad in ('tau_plus=0.05', 'nomethod:model.x=1', 'debiased:model.tau_plus'):
         with pytest.raises(SystemExit):
@@ -643,7 +644,7 @@ def test_false_negatives_method_options_for_a_method_not_run(capsys):
             'it to --methods or drop the option') in capsys.readouterr().err
     # The preset's options of methods not run are not the user's: they are left alone.
     assert bench.parse_args(['--methods', 'simclr']).method_options['debiased'] == \
-        bench.CPU_METHOD_OPTIONS['debiased']
+        bench.METHODS['debiased'].options['cpu']
 
 
 def _write_run_files(work_dir, run, record):
@@ -822,12 +823,12 @@ def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, cap
     # Methods, seeds, work dir, jobs, threads and the settings of methods not trained here: fine.
     fine = _previous_file(tmp_path / 'fine.json', earlier, EARLIER, work_dir='/elsewhere',
                           jobs=7, threads=3, seeds=[0, 1, 5], glofnd_config='other.py',
-                          method_options=dict(bench.DIGITS_METHOD_OPTIONS,
+                          method_options=dict(bench.own_options('digits'),
                                               glofnd={'model.detector.alpha': 0.3}))
     assert bench.main([*argv, '--previous', fine]) == {}
     assert 'Merged from' in capsys.readouterr().out
     bad = _previous_file(tmp_path / 'bad.json', earlier, EARLIER, epochs=9, eval_split='val',
-                         method_options=dict(bench.DIGITS_METHOD_OPTIONS,
+                         method_options=dict(bench.own_options('digits'),
                                              debiased={'model.tau_plus': 0.5}))
     with pytest.raises(SystemExit) as exit_info:
         bench.main([*argv, '--previous', bad])
@@ -835,7 +836,7 @@ def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, cap
     assert message.startswith(f'--previous {bad}: its settings differ from this invocation\'s in ')
     assert 'epochs: 9 there, 8 here' in message
     assert "eval_split: 'val' there, 'test' here" in message
-    tau_plus = bench.DIGITS_METHOD_OPTIONS['debiased']['model.tau_plus']
+    tau_plus = bench.METHODS['debiased'].options['digits']['model.tau_plus']
     assert ("method_options of debiased: ['model.tau_plus=0.5'] there, "
             f"['model.tau_plus={tau_plus}'] here") in message
     assert 'glofnd' not in message and 'work_dir' not in message.split('. ')[0]
@@ -927,7 +928,7 @@ def test_false_negatives_gpu_slot_plans_one_seed_of_four_methods_on_full_fashion
               'model.temperature=0.2', 'train_dataloader.dataset.augment_on=device',
               'train_dataloader.num_workers=0', '--amp']
     for line, method in zip(pretrain, SLOT_METHODS, strict=True):
-        assert f' {bench.DATASETS["fmnist"][method]} ' in line and f'/{method}/seed_0 ' in line
+        assert f' {bench.METHODS[method].config("fmnist")} ' in line and f'/{method}/seed_0 ' in line
         assert set(budget) <= set(line.split())
         assert 'subset_fraction' not in line  # all of the training split
     # IFND clusters after every epoch (nredo 2), the oracle accepts on that schedule; kNN every 4.

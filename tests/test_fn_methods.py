@@ -267,7 +267,7 @@ def test_fmnist_configs_take_the_benchmark_overrides(config, tmp_path):
     assert cfg.train_dataloader.batch_size == 128 and cfg.model.temperature == 0.2
     model = MODELS.build(cfg.model)
     assert model.backbone.out_dim == 256
-    for key, value in bench.CPU_METHOD_OPTIONS.get(method, {}).items():
+    for key, value in bench.METHODS[method].options.get('cpu', {}).items():
         assert cfg.model[key.split('.', 1)[1]] == value
     hooks = [HOOKS.build(h) for h in cfg.custom_hooks]
     assert hooks[bench.hook_index(cfg, 'KNNEvalHook')].interval == 5

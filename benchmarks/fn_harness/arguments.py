@@ -12,7 +12,7 @@ from ifnd.settings import check_temperature
 
 from ..common import HelpFormatter
 from .merge import next_seed
-from .protocol import DATASETS, DEFAULTS, METHODS, PRESETS, REHEARSAL, REPO, TITLES, method_option_texts
+from .protocol import DATASETS, DEFAULTS, METHODS, PRESETS, REHEARSAL, REPO, method_option_texts
 
 
 def _ints(text: str) -> list[int]:
@@ -32,7 +32,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                         'run; the options below still override')
     parser.add_argument('--dataset', choices=sorted(DATASETS), default=None,
                         help="which configs to train (default: the preset's, fmnist or digits)")
-    parser.add_argument('--methods', nargs='+', choices=METHODS, default=None,
+    parser.add_argument('--methods', nargs='+', choices=tuple(METHODS), default=None,
                         help='methods to train (SimCLR and SupCon are needed for the gaps; '
                         'default: every method with a config for --dataset)')
     parser.add_argument('--seeds', nargs='+', type=int, default=None,
@@ -41,9 +41,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--eval-split', choices=('test', 'val'), default='test',
                         help="'val': hold --val-fraction of the training split out of training "
                         "and evaluate on it (choosing hyper-parameters); 'test': the test split")
-    for method in METHODS:
-        parser.add_argument(f'--{method.replace("_", "-")}-config', default=None,
-                            help=f'config of {TITLES[method]} (default: from --dataset)')
+    for method in METHODS.values():
+        parser.add_argument(f'--{method.name.replace("_", "-")}-config', default=None,
+                            help=f'config of {method.title} (default: from --dataset)')
     parser.add_argument('--linear-config', default=None,
                         help='linear-probe config (default: from --dataset)')
 
@@ -170,8 +170,8 @@ def _apply_preset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             if getattr(args, key, None) is None:
                 setattr(args, key, value)
     if args.methods is None:
-        args.methods = [m for m in METHODS
-                        if m in DATASETS[args.dataset] or getattr(args, f'{m}_config')]
+        args.methods = [name for name, method in METHODS.items()
+                        if method.config(args.dataset) or getattr(args, f'{name}_config')]
     args.method_options = {m: dict(o) for m, o in args.method_options.items()}
     for item in given:
         method, sep, assignment = item.partition(':')
@@ -238,14 +238,15 @@ def _read_texts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> No
 
 def _resolve_paths(args: argparse.Namespace) -> None:
     """Configs and work dir as the training runs (in the repository root) see them; threads."""
-    known = DATASETS[args.dataset]
     for method in (*args.methods, 'linear'):
         key = f'{method}_config'
         if getattr(args, key) is None:
-            if method not in known:
+            known = DATASETS[args.dataset].linear if method == 'linear' else \
+                METHODS[method].config(args.dataset)
+            if known is None:
                 raise SystemExit(f'{method} has no config for --dataset {args.dataset}: pass '
                                  f'--{method.replace("_", "-")}-config or leave it out of --methods')
-            setattr(args, key, known[method])
+            setattr(args, key, known)
         setattr(args, key, resolve_config(getattr(args, key)))
     # Training runs in the repository root: make the work dir independent of the caller's cwd.
     if args.work_dir is None:

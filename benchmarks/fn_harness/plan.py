@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from .option_checks import check_run_options
-from .protocol import CLUSTERERS, REPO
+from .protocol import METHODS, REPO
 
 
 def load_config(path: str):
@@ -85,7 +85,7 @@ def _pseudo_label_options(method: str, cfg, args: argparse.Namespace, seed: int 
     labels = hook_index(cfg, 'PseudoLabelHook')
     opts: dict[str, object] = {}
     if labels is None:
-        if method in CLUSTERERS:
+        if METHODS[method].clusters:
             raise SystemExit(f'{method}: the config has no PseudoLabelHook in custom_hooks')
         return opts
     if seed is not None:

@@ -1,89 +1,125 @@
-"""What the benchmark compares and under which budget: data sets, methods, presets, options."""
+"""What the benchmark compares and under which budget: the methods, data sets, presets.
+
+Each method is one :class:`Method` record in :data:`METHODS`; every part of the harness reads its
+title, labels, configs, kind of detector and own settings from there.
+"""
 from __future__ import annotations
 
 import os.path as osp
+from dataclasses import dataclass, field
+from typing import Mapping
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-# Configs sharing one recipe per data set: instance baseline, IFND, the two oracles and the other
-# false-negative methods.
+
+@dataclass(frozen=True)
+class Dataset:
+    """A data set's recipe: the ending of its methods' config names and its linear probe's config."""
+
+    recipe: str
+    linear: str
+
+
+# One recipe per data set, shared by its methods' configs (configs/<folder>/<method>_<recipe>.py).
 DATASETS = {
-    'fmnist': {
-        'simclr': 'configs/simclr/simclr_r18_200e_fmnist.py',
-        'ifnd': 'configs/ifnd/ifnd_r18_200e_fmnist.py',
-        'supcon': 'configs/ifnd/supcon_r18_200e_fmnist.py',
-        'oracle_elim': 'configs/ifnd/oracle_elim_r18_200e_fmnist.py',
-        'debiased': 'configs/debiased/debiased_r18_200e_fmnist.py',
-        'hard_negative': 'configs/hard_negative/hard_negative_r18_200e_fmnist.py',
-        'fnc_elim': 'configs/fnc/fnc_elim_r18_200e_fmnist.py',
-        'fnc_attr': 'configs/fnc/fnc_attr_r18_200e_fmnist.py',
-        'ifnd_hard': 'configs/ifnd/ifnd_hard_r18_200e_fmnist.py',
-        'glofnd': 'configs/glofnd/glofnd_r18_200e_fmnist.py',
-        'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_200e_fmnist.py',
-        'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_200e_fmnist.py',
-        'ifnd_confident': 'configs/ifnd/ifnd_confident_r18_200e_fmnist.py',
-        'ifnd_confident_hard': 'configs/ifnd/ifnd_confident_hard_r18_200e_fmnist.py',
-        'linear': 'configs/benchmarks/linear/linear_r18_100e_fmnist.py',
-    },
-    **{name: {
-        'simclr': f'configs/simclr/simclr_r50_1000e_{name}.py',
-        'ifnd': f'configs/ifnd/ifnd_r50_1000e_{name}.py',
-        'supcon': f'configs/ifnd/supcon_r50_1000e_{name}.py',
-        'oracle_elim': f'configs/ifnd/oracle_elim_r50_1000e_{name}.py',
-        'debiased': f'configs/debiased/debiased_r50_1000e_{name}.py',
-        'hard_negative': f'configs/hard_negative/hard_negative_r50_1000e_{name}.py',
-        'fnc_elim': f'configs/fnc/fnc_elim_r50_1000e_{name}.py',
-        'fnc_attr': f'configs/fnc/fnc_attr_r50_1000e_{name}.py',
-        'linear': f'configs/benchmarks/linear/linear_r50_100e_{name}.py',
-    } for name in ('cifar10', 'cifar100')},
-    'digits': {
-        'simclr': 'configs/simclr/simclr_r18_8e_digits.py',
-        'ifnd': 'configs/ifnd/ifnd_r18_8e_digits.py',
-        'supcon': 'configs/ifnd/supcon_r18_8e_digits.py',
-        'oracle_elim': 'configs/ifnd/oracle_elim_r18_8e_digits.py',
-        'debiased': 'configs/debiased/debiased_r18_8e_digits.py',
-        'hard_negative': 'configs/hard_negative/hard_negative_r18_8e_digits.py',
-        'fnc_elim': 'configs/fnc/fnc_elim_r18_8e_digits.py',
-        'fnc_attr': 'configs/fnc/fnc_attr_r18_8e_digits.py',
-        'ifnd_hard': 'configs/ifnd/ifnd_hard_r18_8e_digits.py',
-        'glofnd': 'configs/glofnd/glofnd_r18_8e_digits.py',
-        'glofnd_hard': 'configs/glofnd/glofnd_hard_r18_8e_digits.py',
-        'oracle_elim_linear': 'configs/ifnd/oracle_elim_linear_r18_8e_digits.py',
-        'ifnd_confident': 'configs/ifnd/ifnd_confident_r18_8e_digits.py',
-        'ifnd_confident_hard': 'configs/ifnd/ifnd_confident_hard_r18_8e_digits.py',
-        'linear': 'configs/benchmarks/linear/linear_r18_100e_digits.py',
-    },
+    'fmnist': Dataset('r18_200e_fmnist', 'configs/benchmarks/linear/linear_r18_100e_fmnist.py'),
+    **{name: Dataset(f'r50_1000e_{name}', f'configs/benchmarks/linear/linear_r50_100e_{name}.py')
+       for name in ('cifar10', 'cifar100')},
+    'digits': Dataset('r18_8e_digits', 'configs/benchmarks/linear/linear_r18_100e_digits.py'),
 }
-METHODS = ('simclr', 'ifnd', 'supcon', 'oracle_elim', 'debiased', 'hard_negative', 'fnc_elim',
-           'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard', 'oracle_elim_linear', 'ifnd_confident',
-           'ifnd_confident_hard')
-TITLES = {'simclr': 'SimCLR', 'ifnd': 'IFND', 'supcon': 'SupCon', 'oracle_elim': 'Oracle-elim',
-          'debiased': 'Debiased', 'hard_negative': 'Hard negatives', 'fnc_elim': 'FNC-elim',
-          'fnc_attr': 'FNC-attr', 'ifnd_hard': 'IFND + hard negatives', 'glofnd': 'GloFND',
-          'glofnd_hard': 'GloFND + hard negatives', 'oracle_elim_linear': 'Oracle-elim, linear',
-          'ifnd_confident': 'IFND, confident labels',
-          'ifnd_confident_hard': 'IFND, confident labels + hard negatives'}
-LABELS = {'simclr': 'instance labels', 'ifnd': 'pseudo labels (k-means)',
-          'supcon': 'ground truth, attraction', 'oracle_elim': 'ground truth, elimination',
-          'debiased': 'instance labels, negatives debiased by a class prior',
-          'hard_negative': 'instance labels, negatives reweighted by hardness',
-          'fnc_elim': 'support views flag negatives, elimination',
-          'fnc_attr': 'support views flag negatives, attraction',
-          'ifnd_hard': 'pseudo labels, elimination; the rest reweighted by hardness',
-          'glofnd': 'learned per-image thresholds flag negatives, elimination',
-          'glofnd_hard': 'learned thresholds, elimination; the rest reweighted by hardness',
-          'oracle_elim_linear': "ground truth accepted on IFND's linear schedule, elimination",
-          'ifnd_confident': 'pseudo labels accepted by confidence, flagged where two levels agree',
-          'ifnd_confident_hard': 'confident pseudo labels, elimination; the rest reweighted by hardness'}
-# Every method but the two ends of the gap: their share of the SimCLR -> SupCon gap is reported.
-CLOSERS = tuple(m for m in METHODS if m not in ('simclr', 'supcon'))
-# Methods that flag individual negatives as false: their in-batch detection precision and recall
-# (against the ground-truth classes) are logged per epoch by FalseNegativeDetectionHook.
-FLAGGERS = ('ifnd', 'fnc_elim', 'fnc_attr', 'ifnd_hard', 'glofnd', 'glofnd_hard',
-            'oracle_elim_linear', 'ifnd_confident', 'ifnd_confident_hard')
+ALL_DATASETS = tuple(DATASETS)
+SMALL_DATASETS = ('fmnist', 'digits')
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of the benchmark.
+
+    ``title`` and ``labels`` are its name and what it takes as labels in the tables; its config on a
+    data set is ``configs/<folder>/<name>_<recipe>.py`` for each of ``datasets``. ``flags``: it flags
+    individual negatives as false, so its in-batch detection precision and recall (against the
+    ground-truth classes) are logged per epoch by FalseNegativeDetectionHook. ``clusters``: its
+    detector is IFND's clustering (PseudoLabelHook), whose rounds' MTPR / MTNR are read.
+    ``known_rates``: its MTPR / MTNR by definition (no detector to measure). ``options``: its own
+    settings on a preset's budget, by preset (the configs keep the papers' values for their own
+    recipes).
+    """
+
+    name: str
+    title: str
+    labels: str
+    folder: str
+    datasets: tuple[str, ...] = SMALL_DATASETS
+    flags: bool = False
+    clusters: bool = False
+    known_rates: tuple[float, float] | None = None
+    options: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+
+    def config(self, dataset: str) -> str | None:
+        """The config of this method on ``dataset`` (None where it has none)."""
+        if dataset not in self.datasets:
+            return None
+        return f'configs/{self.folder}/{self.name}_{DATASETS[dataset].recipe}.py'
+
+
+# The own settings on the cpu budget were chosen on its val split (README), on the digits budget on
+# its own val split (docs/false_negatives.md, "Digits protocol"). The combinations take their
+# parts' settings: hard negatives' beta, and GloFND's alpha; GloFND starts about a third of the way
+# in, with lambda's step 0.1 (its configs' quarter of 200 epochs and the authors' 0.05 would leave
+# 30 epochs little time to learn).
+_GLOFND_CPU = {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1, 'model.detector.alpha': 0.05}
+_GLOFND_DIGITS = {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3, 'model.detector.lr': 0.1}
+
+
+def _hard(beta_cpu: float, beta_digits: float) -> dict:
+    """Own settings of a detector combined with hard negatives: the weighting's beta."""
+    return {'cpu': {'model.weighting.beta': beta_cpu}, 'digits': {'model.weighting.beta': beta_digits}}
+
+
+# The methods, in the tables' order.
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method('simclr', 'SimCLR', 'instance labels', 'simclr', ALL_DATASETS, known_rates=(0.0, 100.0)),
+    Method('ifnd', 'IFND', 'pseudo labels (k-means)', 'ifnd', ALL_DATASETS, flags=True,
+           clusters=True),
+    Method('supcon', 'SupCon', 'ground truth, attraction', 'ifnd', ALL_DATASETS,
+           known_rates=(100.0, 100.0)),
+    Method('oracle_elim', 'Oracle-elim', 'ground truth, elimination', 'ifnd', ALL_DATASETS,
+           known_rates=(100.0, 100.0)),
+    Method('debiased', 'Debiased', 'instance labels, negatives debiased by a class prior',
+           'debiased', ALL_DATASETS,
+           options={'cpu': {'model.tau_plus': 0.01}, 'digits': {'model.tau_plus': 0.1}}),
+    Method('hard_negative', 'Hard negatives', 'instance labels, negatives reweighted by hardness',
+           'hard_negative', ALL_DATASETS,
+           options={'cpu': {'model.beta': 2.0}, 'digits': {'model.beta': 1.0}}),
+    Method('fnc_elim', 'FNC-elim', 'support views flag negatives, elimination', 'fnc',
+           ALL_DATASETS, flags=True, options={'cpu': {'model.top_k': 3}, 'digits': {'model.top_k': 3}}),
+    Method('fnc_attr', 'FNC-attr', 'support views flag negatives, attraction', 'fnc',
+           ALL_DATASETS, flags=True, options={'cpu': {'model.top_k': 3}, 'digits': {'model.top_k': 3}}),
+    Method('ifnd_hard', 'IFND + hard negatives',
+           'pseudo labels, elimination; the rest reweighted by hardness', 'ifnd', flags=True,
+           clusters=True, options=_hard(2.0, 1.0)),
+    Method('glofnd', 'GloFND', 'learned per-image thresholds flag negatives, elimination', 'glofnd',
+           flags=True, options={'cpu': _GLOFND_CPU, 'digits': _GLOFND_DIGITS}),
+    Method('glofnd_hard', 'GloFND + hard negatives',
+           'learned thresholds, elimination; the rest reweighted by hardness', 'glofnd', flags=True,
+           options={'cpu': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
+                            'model.weighting.beta': 2.0, 'model.detector.alpha': 0.05},
+                    'digits': {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3,
+                               'model.detector.lr': 0.1, 'model.weighting.beta': 1.0}}),
+    Method('oracle_elim_linear', 'Oracle-elim, linear',
+           "ground truth accepted on IFND's linear schedule, elimination", 'ifnd', flags=True),
+    Method('ifnd_confident', 'IFND, confident labels',
+           'pseudo labels accepted by confidence, flagged where two levels agree', 'ifnd',
+           flags=True, clusters=True),
+    Method('ifnd_confident_hard', 'IFND, confident labels + hard negatives',
+           'confident pseudo labels, elimination; the rest reweighted by hardness', 'ifnd',
+           flags=True, clusters=True, options=_hard(2.0, 1.0)),
+)}
+# The two ends of the gap, instance labels and the supervised oracle: every other method's share of
+# the SimCLR -> SupCon gap is reported.
+GAP = ('simclr', 'supcon')
+# The logged scalars of the flagging methods' detection.
 DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
-# Methods whose detector is IFND's clustering (PseudoLabelHook): their rounds' MTPR/MTNR are read.
-CLUSTERERS = ('ifnd', 'ifnd_hard', 'ifnd_confident', 'ifnd_confident_hard')
 # Paired contrasts between methods (a − b on the seeds both ran, 95% t-interval): acceptance by
 # evidence against IFND's calendar and the schedule-matched oracle, the schedule's cost, and the
 # combinations against their parts.
@@ -92,31 +128,18 @@ CONTRASTS = (('ifnd_confident', 'ifnd'), ('ifnd_confident', 'oracle_elim_linear'
              ('oracle_elim', 'oracle_elim_linear'), ('oracle_elim_linear', 'ifnd'),
              ('ifnd_hard', 'hard_negative'), ('glofnd', 'ifnd'))
 
-# The methods' own settings on the cpu budget, chosen on the val split (README); the configs keep
-# the papers' values for their own recipes.
-# The combinations take their parts' settings: hard negatives' beta, and GloFND's alpha; GloFND
-# starts a third of the way in with lambda's step 0.1 (its configs' quarter of 200 epochs and the
-# authors' 0.05 would leave 30 epochs little time to learn).
-CPU_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.01}, 'hard_negative': {'model.beta': 2.0},
-                      'fnc_elim': {'model.top_k': 3}, 'fnc_attr': {'model.top_k': 3},
-                      'ifnd_hard': {'model.weighting.beta': 2.0},
-                      'ifnd_confident_hard': {'model.weighting.beta': 2.0},
-                      'glofnd': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
-                                 'model.detector.alpha': 0.05},
-                      'glofnd_hard': {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1,
-                                      'model.weighting.beta': 2.0, 'model.detector.alpha': 0.05}}
-# The methods' own settings on the digits budget, chosen on its own val split
-# (docs/false_negatives.md, "Digits protocol"); the combinations take their parts' values, and
-# GloFND starts about a third of the way in, as on the cpu budget.
-DIGITS_METHOD_OPTIONS = {'debiased': {'model.tau_plus': 0.1}, 'hard_negative': {'model.beta': 1.0},
-                         'fnc_elim': {'model.top_k': 3}, 'fnc_attr': {'model.top_k': 3},
-                         'ifnd_hard': {'model.weighting.beta': 1.0},
-                         'ifnd_confident_hard': {'model.weighting.beta': 1.0},
-                         'glofnd': {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3,
-                                    'model.detector.lr': 0.1},
-                         'glofnd_hard': {'model.detector.alpha': 0.1,
-                                         'model.detector.start_epoch': 3,
-                                         'model.detector.lr': 0.1, 'model.weighting.beta': 1.0}}
+
+def own_options(preset: str) -> dict[str, dict]:
+    """The methods' own settings on a preset's budget, by method (those that have any)."""
+    return {name: dict(m.options[preset]) for name, m in METHODS.items() if preset in m.options}
+
+
+def method_option_texts(method_options: dict) -> list[str]:
+    """``METHOD:KEY=VALUE`` texts of per-method config overrides."""
+    return [f'{method}:{key}={value}' for method, options in method_options.items()
+            for key, value in options.items()]
+
+
 # None means: keep the config's value. The cpu values were chosen on the val split (README); the
 # digits budget (all of digits' 1,347 training images, an eighth-width ResNet-18, 8 epochs) was set
 # by the time of one run, pre-training and linear probe together, on one thread: about 40 s.
@@ -125,12 +148,12 @@ PRESETS = {
                 cifar_stem=False, channels='32,64,128,256', neck_hidden=256, cluster_interval=3,
                 knn_interval=5, val_fraction=1.0, lr=0.25, warmup_epochs=2, num_workers=2,
                 temperature=0.2, num_clusters=None, final_rate=None, nredo=2, linear_epochs=10,
-                seeds=[0, 1, 2], method_options=CPU_METHOD_OPTIONS),
+                seeds=[0, 1, 2], method_options=own_options('cpu')),
     'digits': dict(dataset='digits', epochs=8, subset=1.0, batch_size=64, backbone='resnet18',
                    cifar_stem=True, channels='8,16,32,64', neck_hidden=256, cluster_interval=1,
                    knn_interval=2, val_fraction=1.0, lr=0.25, warmup_epochs=1, num_workers=0,
                    temperature=0.2, num_clusters=None, final_rate=None, nredo=None,
-                   linear_epochs=10, seeds=[0, 1, 2, 3, 4], method_options=DIGITS_METHOD_OPTIONS),
+                   linear_epochs=10, seeds=[0, 1, 2, 3, 4], method_options=own_options('digits')),
     'gpu': dict(dataset='fmnist', epochs=None, subset=None, batch_size=None, backbone=None,
                 cifar_stem=None, channels=None, neck_hidden=None, cluster_interval=None,
                 knn_interval=None, val_fraction=None, lr=None, warmup_epochs=None,
@@ -165,9 +188,3 @@ REHEARSAL = dict(dataset='digits', epochs=2, batch_size=64, channels='8,16,32,64
                  amp=False)
 # Defaults of the options a preset may leave unset.
 DEFAULTS = dict(amp=False, jobs=1)
-
-
-def method_option_texts(method_options: dict) -> list[str]:
-    """``METHOD:KEY=VALUE`` texts of per-method config overrides."""
-    return [f'{method}:{key}={value}' for method, options in method_options.items()
-            for key, value in options.items()]
