@@ -24,10 +24,10 @@ CUDA_TESTS = ['tests/test_fast_step.py::test_whole_runner_iterations_make_no_hos
 # variant (compilation happens in the first) and 20 timed steps each, one per interleaved round.
 STEP_ARGS = ['--model', 'resnet50', '--no-cifar-stem', '--image-size', '224', '--batch-size', '256',
              '--channels-last', '--fused', '--pairs', 'moco', '--no-encoder', '--warmup', '3', '--repeats', '20']
-# --rehearse: a full-width ResNet-18 on 16 px images for two steps; compiled by the 'eager' backend
+# --rehearse: a full-width ResNet-18 on 8 px images for two steps; compiled by the 'eager' backend
 # (Dynamo traces the same code; inductor's C++ build would take minutes on a CPU), float32 only
 # (bfloat16 autocast goes through mmengine's AmpOptimWrapper, which needs a GPU).
-TOY_STEP_ARGS = ['--model', 'resnet18', '--image-size', '16', '--batch-size', '4', '--neck-hidden', '16',
+TOY_STEP_ARGS = ['--model', 'resnet18', '--image-size', '8', '--batch-size', '4', '--neck-hidden', '16',
                  '--out-dim', '8', '--queue-len', '64', '--num-samples', '256', '--channels-last', '--fused',
                  '--pairs', 'moco', '--no-encoder', '--warmup', '1', '--repeats', '2', '--threads', '1',
                  '--device', 'cpu']
@@ -38,10 +38,12 @@ PROFILE_ARGS = ['--profile', '--count-steps', '10', '--profile-steps', '8']
 TOY_PROFILE_ARGS = ['--count-batch-size', '16', '--count-steps', '2', '--channels', '8', '16', '32', '64',
                     '--threads', '1']
 # The ImageNet recipe end to end on 2,048 JPEGs of 224-280 px, one GPU's batch of 256, 8 workers reading
-# the files (--rehearse: 32 files of 64 px, a narrow network and a short queue, one epoch).
+# the files (--rehearse: 32 files of 64 px, views and the clustering round's images of 32 px, a narrow
+# network and a short queue, one epoch).
 JPEG_ARGS = ['--epochs', '2', '--jpeg-size', '224', '--jpeg-images', '2048', '--batch-size', '256', '--workers', '8']
 TOY_JPEG_ARGS = ['--epochs', '1', '--jpeg-size', '64', '--jpeg-images', '32', '--batch-size', '16', '--workers', '1',
-                 '--threads', '1', '--cfg-options', 'model.backbone.channels=(8,16,32,64)', 'model.queue_len=256']
+                 '--threads', '1', '--cfg-options', 'model.backbone.channels=(8,16,32,64)', 'model.queue_len=256',
+                 'train_dataloader.dataset.pipeline.transforms.size=32', 'custom_hooks.0.pipeline.size=32']
 
 
 @dataclass

@@ -1,18 +1,21 @@
 """benchmarks/gpu_report.py: its commands checked on a CPU (--dry-run), its report, its saved parts;
 and the CUDA-only checks it runs (skipped without CUDA)."""
+import contextlib
+import io
 import json
 import os
 import os.path as osp
 import re
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 import torch
 from fake_data import rgb_image
 
-from benchmarks import clustering_cost, gpu_figures, gpu_parts, gpu_report, step_cost
+from benchmarks import gpu_figures, gpu_parts, gpu_report
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 
@@ -135,19 +138,30 @@ def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_pa
     assert 'budget (--budget 200 s): jpeg_folder, step_eager_fp32, step_compiled_fp32.' in report
 
 
-def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(tmp_path, capsys):
+@pytest.fixture(scope='module')
+def rehearsal(tmp_path_factory):
+    """One --rehearse run (every part's script at toy sizes on the CPU, about a minute), shared by the
+    tests that read its report and its parts' real output."""
+    out_dir = tmp_path_factory.mktemp('rehearsal')
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = gpu_report.main(['--rehearse', '--out-dir', str(out_dir)])
+    results = {part.name: json.loads((out_dir / f'{part.name}.json').read_text())
+               for part in gpu_parts.parts(str(out_dir), rehearse=True)}
+    return types.SimpleNamespace(out_dir=out_dir, report=report, out=printed.getvalue(),
+                                 results=results)
+
+
+def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(rehearsal):
     """--rehearse: every part's script at toy sizes, the same result files and report, marked."""
-    report = gpu_report.main(['--rehearse', '--out-dir', str(tmp_path)])
-    out = capsys.readouterr().out
-    all_parts = gpu_parts.parts(str(tmp_path), rehearse=True)
-    results = {}
-    for part in all_parts:
-        results[part.name] = json.loads((tmp_path / f'{part.name}.json').read_text())
+    report, results, out_dir = rehearsal.report, rehearsal.results, rehearsal.out_dir
+    for part in gpu_parts.parts(str(out_dir), rehearse=True):
         assert gpu_report.succeeded(part.name, results[part.name], rehearsal=True), (
-            part.name, (tmp_path / f'{part.name}.log').read_text()[-3000:])
+            part.name, (out_dir / f'{part.name}.log').read_text()[-3000:])
         assert f'| {part.name} | {part.expected_s} s | ran | 0 |' in report
     assert report.startswith('# GPU report rehearsal: CPU') and '**Rehearsal**' in report
-    assert report == (tmp_path / 'report.md').read_text() and 'Plan: 9 part(s), no budget' in out
+    assert report == (out_dir / 'report.md').read_text()
+    assert 'Plan: 9 part(s), no budget' in rehearsal.out
     figures = gpu_figures.figures(results)
     # The CUDA tests are collected and skipped: no host-sync figure; every other one was measured.
     assert [k for k, v in figures.items() if v is None] == ['syncs']
@@ -238,21 +252,11 @@ def test_failed_and_timed_out_parts_run_again(monkeypatch, tmp_path):
     assert ran == []
 
 
-def test_the_figures_are_read_from_the_benchmarks_real_output(tmp_path):
-    """step_cost.py and clustering_cost.py at tiny sizes on the CPU: every key the report reads exists."""
-    threads = torch.get_num_threads()
-    try:
-        step_cost.main([
-            '--pairs', 'moco', '--no-encoder', '--batch-size', '4', '--image-size', '8', '--neck-hidden', '16',
-            '--out-dim', '8', '--queue-len', '64', '--num-samples', '256', '--warmup', '1', '--repeats', '1',
-            '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'step.json')])
-        clustering_cost.main([
-            '--backends', 'torch', '--num-samples', '300', '--ks', '3,5', '--niter', '2', '--dim', '8',
-            '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'clustering.json')])
-    finally:
-        torch.set_num_threads(threads)
-    results = {name: dict(result=json.loads((tmp_path / f'{file}.json').read_text()), returncode=0)
-               for name, file in [('step_compiled_bf16', 'step'), ('clustering', 'clustering')]}
+def test_the_figures_are_read_from_the_benchmarks_real_output(rehearsal):
+    """step_cost.py and clustering_cost.py at toy sizes on the CPU (the rehearsal's parts): every key
+    the report reads exists."""
+    results = {name: dict(result=rehearsal.results[name]['result'], returncode=0)
+               for name in ('step_compiled_bf16', 'clustering')}
     figures = gpu_figures.figures(results)
     assert {k: figures[k] is not None for k in ('step', 'ratio', 'clustering')} == dict(
         step=True, ratio=True, clustering=True)
