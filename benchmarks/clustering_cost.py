@@ -13,9 +13,9 @@ one process and whether the accepted labels are identical.
 
 Example::
 
-    python benchmarks/clustering_cost.py --num-samples 10000 50000 \\
+    python -m benchmarks.clustering_cost --num-samples 10000 50000 \\
         --ks 10,30,100 100,300,1000 --backends faiss torch --out clustering.json
-    python benchmarks/clustering_cost.py --backends torch --world-size 2 --threads 2
+    python -m benchmarks.clustering_cost --backends torch --world-size 2 --threads 2
 """
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ from ifnd.clustering import (BACKEND_TABLE, ConstantAcceptance, check_round_opti
 from ifnd.dist import shard_index
 from ifnd.settings import check_temperature
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, report_results, resolve_device, synchronize  # noqa: E402
+from benchmarks.common import HelpFormatter, describe_device, report_results, resolve_device, synchronize
 
 
 def available_backends() -> list[str]:

@@ -50,25 +50,23 @@ command changed or ``--rerun`` is given, so an interrupted benchmark continues w
 the time left, and reports and saves the finished ones.
 Example::
 
-    python benchmarks/false_negatives.py --preset cpu --out fn_cpu.json --plot fn_cpu.png
-    python benchmarks/false_negatives.py --preset cpu --eval-split val --seeds 0 \\
+    python -m benchmarks.false_negatives --preset cpu --out fn_cpu.json --plot fn_cpu.png
+    python -m benchmarks.false_negatives --preset cpu --eval-split val --seeds 0 \\
         --temperature 0.2 --num-clusters 30,100 --work-dir work_dirs/fn_select/t02_k30-100
-    python benchmarks/false_negatives.py --preset cpu --eval-split val --seeds 0 \\
+    python -m benchmarks.false_negatives --preset cpu --eval-split val --seeds 0 \\
         --methods hard_negative --method-options hard_negative:model.beta=4.0 \\
         --work-dir work_dirs/fn_select/hard_b4
-    python benchmarks/false_negatives.py --preset gpu --work-dir work_dirs/fn_gpu --amp
-    python benchmarks/false_negatives.py --preset gpu-slot --previous fn_slot_1.json \
+    python -m benchmarks.false_negatives --preset gpu --work-dir work_dirs/fn_gpu --amp
+    python -m benchmarks.false_negatives --preset gpu-slot --previous fn_slot_1.json \
         --out fn_slot_2.json
-    python benchmarks/false_negatives.py --preset digits --jobs 2 --out fn_digits.json
-    python benchmarks/false_negatives.py --preset cpu --methods glofnd --previous fn_cpu.json \\
+    python -m benchmarks.false_negatives --preset digits --jobs 2 --out fn_digits.json
+    python -m benchmarks.false_negatives --preset cpu --methods glofnd --previous fn_cpu.json \\
         --out fn_cpu_glofnd.json
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from fn_harness import *  # noqa: E402,F401,F403  (its API, for callers that load this script as a module)
-from fn_harness import main  # noqa: E402
+from benchmarks.fn_harness import *  # noqa: F401,F403  (its API, for callers that import this module)
+from benchmarks.fn_harness import main
 
 if __name__ == '__main__':
     main(sys.argv[1:])

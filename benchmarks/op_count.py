@@ -1,6 +1,6 @@
 """Operators dispatched per training step, by part, counted in a real run of a recipe through the Runner.
 
-``python benchmarks/step_cost.py --count-ops --recipe fmnist-device --json FILE`` (or ``--recipe jpeg``)
+``python -m benchmarks.step_cost --count-ops --recipe fmnist-device --json FILE`` (or ``--recipe jpeg``)
 builds the recipe's config as ``tools/train.py`` does (every hook, the data loader, the data
 preprocessor), trains two short epochs on a subset of the data and counts, with a
 ``TorchDispatchMode``, every operator dispatched in each iteration of the second, by part:
@@ -34,7 +34,7 @@ import torch
 from mmengine.config import DictAction
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common import REPO, describe_device, digits_as_fmnist, make_jpeg_folder
+from benchmarks.common import REPO, describe_device, digits_as_fmnist, make_jpeg_folder
 
 RECIPES = {'fmnist-device': 'configs/ifnd/ifnd_r18_200e_fmnist_device_aug.py',
            'jpeg': 'configs/ifnd_r50_200e_in1k.py'}

@@ -29,15 +29,14 @@ queue holds keys of real sample indices, so the label lookup and the masking are
 
 Example::
 
-    python benchmarks/step_cost.py --model resnet18 --batch-size 64 --image-size 32 --out step.json
-    python benchmarks/step_cost.py --model resnet50 --no-cifar-stem --image-size 224 \
+    python -m benchmarks.step_cost --model resnet18 --batch-size 64 --image-size 32 --out step.json
+    python -m benchmarks.step_cost --model resnet50 --no-cifar-stem --image-size 224 \
         --batch-size 256 --channels-last --amp --compile --fused
 """
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import statistics
 import sys
 import time
@@ -48,12 +47,11 @@ from mmengine.logging import MMLogger
 from mmengine.optim import OptimWrapper
 from mmengine.registry import init_default_scope
 
+from benchmarks.common import HelpFormatter, describe_device, report_results, resolve_device, time_call
+from benchmarks.op_count import add_arguments as add_count_arguments
+
 PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo')}
 ENCODER = 'Encoder'  # the backbone alone, forward + backward + update
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, report_results, resolve_device, time_call  # noqa: E402
-from op_count import add_arguments as add_count_arguments  # noqa: E402
 
 # Head width and queue length of the recipes, by backbone: ResNet-50 the ImageNet recipe's
 # (configs/ifnd_r50_200e_in1k.py), others the ResNet-18 recipes' head and a smaller queue.
@@ -390,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Run the benchmark, print the table, optionally write JSON; returns the results."""
     args = parse_args(argv)
     if args.count_ops:
-        from op_count import count_ops, ops_table
+        from benchmarks.op_count import count_ops, ops_table
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         result = count_ops(args)

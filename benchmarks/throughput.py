@@ -44,9 +44,7 @@ import sys
 import time
 from typing import Sequence
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers beside this script
-from common import HelpFormatter, describe_device, make_jpeg_folder, resolve_device  # noqa: E402
+from benchmarks.common import HelpFormatter, describe_device, make_jpeg_folder, resolve_device
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 AUGMENT_ON = ('cpu', 'device')

@@ -98,11 +98,10 @@ def digits_config(work_dir: str, model: dict, max_epochs: int = 2, pseudo_labels
     return cfg
 
 
-def load_tool(name: str, folder: str = 'tools'):
-    """A script under tools/ (``'knn_eval'``, ``'analysis/cluster_table'``) or another top-level
-    ``folder`` (``'benchmarks'``) imported as a module."""
+def load_tool(name: str):
+    """A script under tools/ (``'knn_eval'``, ``'analysis/cluster_table'``) imported as a module."""
     import importlib.util
-    path = osp.join(osp.dirname(__file__), '..', folder, f'{name}.py')
+    path = osp.join(osp.dirname(__file__), '..', 'tools', f'{name}.py')
     spec = importlib.util.spec_from_file_location(f'tool_{name.replace("/", "_")}', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,5 +1,5 @@
 """The step-cost and clustering-cost benchmarks run end to end with tiny settings."""
-import importlib.util
+import importlib
 import json
 import math
 import os.path as osp
@@ -14,16 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-BENCHMARKS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'benchmarks')
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+BENCHMARKS = osp.join(REPO, 'benchmarks')
 
 
-def _load(name, folder=BENCHMARKS):
-    """Import <folder>/<name>.py as a module (benchmarks/ and tools/ are scripts, not packages)."""
-    path = osp.join(folder, f'{name}.py')
-    spec = importlib.util.spec_from_file_location(f'bench_{name}', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _load(name):
+    """The benchmark module ``benchmarks.<name>``."""
+    return importlib.import_module(f'benchmarks.{name}')
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +119,7 @@ def test_step_cost_follows_the_recipes_and_times_gpu_steps_by_cuda_events(monkey
         def elapsed_time(self, end):
             return 1000.0 * (end.at - self.at)
 
-    common = sys.modules['common']  # the helpers the script imported
+    common = _load('common')  # the helpers the script imported
     monkeypatch.setattr(torch.cuda, 'Event', FakeEvent)
     read = common.time_call(lambda: time.sleep(0.01), torch.device('cuda'))
     assert 0.01 <= read() < 1.0
@@ -204,7 +201,7 @@ def test_throughput_fmnist_preset_commands_and_results(tmp_path, capsys):
                    'train_dataloader.dataset.data_root=/data/fmnist', 'model.backbone.compile=False'):
         assert option in device.split() and option in cpu.split()
     # Every option names a key of the configs (tools/train.py's checks pass).
-    train_tool = _load('train', osp.join(osp.dirname(BENCHMARKS), 'tools'))
+    from helpers import train_tool
     args = bench.parse_args(argv)
     for views in ('device', 'cpu'):
         command, work_dir = bench.preset_command(views, args)
@@ -260,7 +257,7 @@ def test_clustering_cost_rejects_too_many_clusters():
 
 @pytest.mark.parametrize('name', ['step_cost', 'clustering_cost', 'false_negatives'])
 def test_help(name):
-    proc = subprocess.run([sys.executable, osp.join(BENCHMARKS, f'{name}.py'), '--help'],
+    proc = subprocess.run([sys.executable, '-m', f'benchmarks.{name}', '--help'], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r'--out\b', proc.stdout)
@@ -309,7 +306,7 @@ def test_false_negatives_dry_run_commands(capsys):
     bench = _load('false_negatives')
     for line, config in zip(pretrain, configs):
         method = config.split('/')[1][:-len('_r18')]
-        for key, value in bench.CPU_METHOD_OPTIONS.get(method, {}).items():
+        for key, value in bench.METHODS[method].options.get('cpu', {}).items():
             assert f' {key}={value}' in line
     assert 'model.tau_plus' not in pretrain[0] and 'model.beta' not in pretrain[0]  # SimCLR
 
@@ -321,12 +318,13 @@ def test_false_negatives_digits_preset_commands(capsys):
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
     assert len(commands) == 2 * len(bench.METHODS) * 5
     pretrain, linear = commands[0::2], commands[1::2]
+    methods = list(bench.METHODS.values())
     for i, line in enumerate(pretrain):
-        method, seed = bench.METHODS[i % len(bench.METHODS)], i // len(bench.METHODS)
-        assert f' {bench.DATASETS["digits"][method]} ' in line
+        method, seed = methods[i % len(methods)], i // len(methods)
+        assert f' {method.config("digits")} ' in line
         assert f'randomness.seed={seed} ' in line and 'digits_digits_test' in line
         assert 'train_dataloader.batch_size=64' in line and 'train_cfg.max_epochs=8' in line
-        for key, value in bench.DIGITS_METHOD_OPTIONS.get(method, {}).items():
+        for key, value in method.options.get('digits', {}).items():
             assert f' {key}={value}' in line
         assert 'subset_fraction' not in line  # all of the training split
     for line in linear:
@@ -341,9 +339,9 @@ def test_false_negatives_method_options(capsys):
                              'fnc_elim:model.top_k=10'])
     assert args.method_options['debiased'] == {'model.tau_plus': '0.05'}
     assert args.method_options['fnc_elim'] == {'model.top_k': '10'}
-    assert args.method_options['hard_negative'] == bench.CPU_METHOD_OPTIONS['hard_negative']
+    assert args.method_options['hard_negative'] == bench.METHODS['hard_negative'].options['cpu']
     assert bench.PRESETS['cpu']['method_options']['debiased'] == \
-        bench.CPU_METHOD_OPTIONS['debiased']  # the preset itself is not changed
+        bench.METHODS['debiased'].options['cpu']  # the preset itself is not changed
     assert bench.parse_args(['--preset', 'gpu']).method_options == {}
     for bad in ('tau_plus=0.05', 'nomethod:model.x=1', 'debiased:model.tau_plus'):
         with pytest.raises(SystemExit):
@@ -433,8 +431,10 @@ def test_gap_closed_summary():
     assert '| 2 | 79.00 | 89.00 | — |' in table
 
 
-# Slow (about 85 s on 2 cores): the harness's whole chain (training subprocesses, linear probes,
-# collection, paired statistics) for real; two seeds are the fewest the paired intervals take.
+# Slow (about a minute on 2 cores, twelve tools/train.py processes, their start-up most of it): the
+# harness's whole chain (training subprocesses, linear probes, collection, paired statistics) for
+# real; two seeds are the fewest the paired intervals take, one epoch (after the kNN and the round
+# before training) and 30% of digits' training split the least that trains and clusters.
 def test_false_negatives_end_to_end_on_digits(tmp_path):
     """Two seeds of SimCLR, IFND and SupCon through tools/train.py, linear probes included."""
     from helpers import digits_config
@@ -470,8 +470,8 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
     linear.log_level = 'WARNING'
     configs['linear'] = str(tmp_path / 'linear.py')
     linear.dump(configs['linear'])
-    argv = ['--epochs', '2', '--seeds', '0', '1', '--methods', 'simclr', 'ifnd', 'supcon',
-            '--eval-split', 'val', '--val-fraction', '0.2', '--subset', '0.5',
+    argv = ['--epochs', '1', '--seeds', '0', '1', '--methods', 'simclr', 'ifnd', 'supcon',
+            '--eval-split', 'val', '--val-fraction', '0.2', '--subset', '0.3',
             '--backbone', 'resnet18', '--cifar-stem', '--channels', '8,16,32,64',
             '--neck-hidden', '64', '--batch-size', '64', '--lr', '0.05', '--warmup-epochs', '1',
             '--knn-interval', '1', '--cluster-interval', '1', '--num-workers', '0',
@@ -491,14 +491,14 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
     for (method, seed), run in runs.items():
         work_dir = tmp_path / 'runs' / method / f'seed_{seed}'
         # The numbers are the runs' own logs: kNN after each epoch, the probe's accuracy.
-        assert [e for e, _ in run['top1_history']] == [0, 1, 2]  # eval_at_start, then each epoch
+        assert [e for e, _ in run['top1_history']] == [0, 1]  # eval_at_start, then each epoch
         assert run['top1'] == bench.read_scalars(str(work_dir), 'knn/top1', None)[-1][1]
         assert run['linear_top1'] == bench.read_scalars(str(work_dir / 'linear'), 'top1',
                                                         None)[-1][1]
         assert 0 < run['top1'] <= 100 and 0 < run['linear_top1'] <= 100
     assert runs['simclr', 0]['top1'] != runs['simclr', 1]['top1']  # the seed reaches the run
     ifnd = runs['ifnd', 1]
-    assert [r['epoch'] for r in ifnd['rounds']] == [0, 1, 2]
+    assert [r['epoch'] for r in ifnd['rounds']] == [0, 1]  # before training, then each epoch
     assert ifnd['mtpr'] > 0 and ifnd['mtnr'] < 100
     paired = result['summary']['paired']['ifnd']['top1']
     assert paired['values'] == pytest.approx([runs['ifnd', s]['top1'] - runs['simclr', s]['top1']
@@ -515,7 +515,7 @@ def test_false_negatives_end_to_end_on_digits(tmp_path):
 
 def test_false_negatives_failed_run_does_not_cancel_the_others(tmp_path, monkeypatch):
     bench = _load('false_negatives')
-    from fn_harness import cli
+    from benchmarks.fn_harness import cli
     tried = []
 
     def run_plan(plan, args):
@@ -646,7 +646,7 @@ def test_false_negatives_method_options_for_a_method_not_run(capsys):
             'it to --methods or drop the option') in capsys.readouterr().err
     # The preset's options of methods not run are not the user's: they are left alone.
     assert bench.parse_args(['--methods', 'simclr']).method_options['debiased'] == \
-        bench.CPU_METHOD_OPTIONS['debiased']
+        bench.METHODS['debiased'].options['cpu']
 
 
 def _write_run_files(work_dir, run, record):
@@ -719,8 +719,7 @@ def test_false_negatives_resummarises_the_published_cpu_result(tmp_path, capsys)
 
 def test_false_negatives_table_keeps_a_row_without_timings():
     """Runs that logged no seconds leave only the time cell empty, not the whole row."""
-    _load('false_negatives')  # puts the harness package on the path
-    from fn_harness import report
+    from benchmarks.fn_harness import report
     with open(osp.join(osp.dirname(BENCHMARKS), 'docs', 'false_negatives_cpu.json')) as f:
         result = json.load(f)
     for run in result['runs']:
@@ -732,7 +731,7 @@ def test_false_negatives_table_keeps_a_row_without_timings():
 
 def _settings(argv):
     """The settings a result of ``argv`` records, as its JSON holds them."""
-    from fn_harness.cli import _NOT_SETTINGS
+    from benchmarks.fn_harness.cli import _NOT_SETTINGS
 
     from ifnd.fileio import json_safe
     args = _load('false_negatives').parse_args(argv)
@@ -826,12 +825,12 @@ def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, cap
     # Methods, seeds, work dir, jobs, threads and the settings of methods not trained here: fine.
     fine = _previous_file(tmp_path / 'fine.json', earlier, EARLIER, work_dir='/elsewhere',
                           jobs=7, threads=3, seeds=[0, 1, 5], glofnd_config='other.py',
-                          method_options=dict(bench.DIGITS_METHOD_OPTIONS,
+                          method_options=dict(bench.own_options('digits'),
                                               glofnd={'model.detector.alpha': 0.3}))
     assert bench.main([*argv, '--previous', fine]) == {}
     assert 'Merged from' in capsys.readouterr().out
     bad = _previous_file(tmp_path / 'bad.json', earlier, EARLIER, epochs=9, eval_split='val',
-                         method_options=dict(bench.DIGITS_METHOD_OPTIONS,
+                         method_options=dict(bench.own_options('digits'),
                                              debiased={'model.tau_plus': 0.5}))
     with pytest.raises(SystemExit) as exit_info:
         bench.main([*argv, '--previous', bad])
@@ -839,7 +838,7 @@ def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, cap
     assert message.startswith(f'--previous {bad}: its settings differ from this invocation\'s in ')
     assert 'epochs: 9 there, 8 here' in message
     assert "eval_split: 'val' there, 'test' here" in message
-    tau_plus = bench.DIGITS_METHOD_OPTIONS['debiased']['model.tau_plus']
+    tau_plus = bench.METHODS['debiased'].options['digits']['model.tau_plus']
     assert ("method_options of debiased: ['model.tau_plus=0.5'] there, "
             f"['model.tau_plus={tau_plus}'] here") in message
     assert 'glofnd' not in message and 'work_dir' not in message.split('. ')[0]
@@ -931,7 +930,7 @@ def test_false_negatives_gpu_slot_plans_one_seed_of_four_methods_on_full_fashion
               'model.temperature=0.2', 'train_dataloader.dataset.augment_on=device',
               'train_dataloader.num_workers=0', '--amp']
     for line, method in zip(pretrain, SLOT_METHODS, strict=True):
-        assert f' {bench.DATASETS["fmnist"][method]} ' in line and f'/{method}/seed_0 ' in line
+        assert f' {bench.METHODS[method].config("fmnist")} ' in line and f'/{method}/seed_0 ' in line
         assert set(budget) <= set(line.split())
         assert 'subset_fraction' not in line  # all of the training split
     # IFND clusters after every epoch (nredo 2), the oracle accepts on that schedule; kNN every 4.
@@ -972,7 +971,7 @@ def test_false_negatives_gpu_slot_refused_without_cuda(tmp_path):
 def test_false_negatives_time_limit_stops_a_run_and_skips_one_that_cannot_finish(tmp_path,
                                                                                   capsys):
     bench = _load('false_negatives')
-    from fn_harness import running
+    from benchmarks.fn_harness import running
     args = bench.parse_args(['--preset', 'digits', '--work-dir', str(tmp_path)])
     args.time_limit_clock = running.TimeLimit(1.0)
     plan = {'method': 'simclr', 'seed': 0, 'work_dir': str(tmp_path / 'simclr'),
@@ -994,7 +993,7 @@ def test_false_negatives_time_limit_stops_a_run_and_skips_one_that_cannot_finish
 def test_false_negatives_time_limit_with_no_run_finished(tmp_path, monkeypatch, capsys):
     """Runs stopped by the time limit are named, and one line says nothing finished."""
     bench = _load('false_negatives')
-    from fn_harness import cli
+    from benchmarks.fn_harness import cli
     monkeypatch.setattr(cli, 'run_plan', lambda plan, args: None)
     with pytest.raises(SystemExit, match=r'^no run finished in the time limit \(5 s\); nothing '
                                          r'to report: raise --time-limit'):
@@ -1035,8 +1034,7 @@ def test_false_negatives_gpu_slot_rehearsal_adds_a_seed_per_run(tmp_path):
 def test_the_harness_shows_each_rounds_accepted_share_and_flag_precision():
     """Runs whose rounds carry the flags' precision get an acceptance table per clustering method;
     runs without them get none."""
-    _load('false_negatives')
-    from fn_harness import report
+    from benchmarks.fn_harness import report
     with open(osp.join(osp.dirname(BENCHMARKS), 'docs', 'false_negatives_cpu.json')) as f:
         result = json.load(f)
     before = report.markdown_tables(result)

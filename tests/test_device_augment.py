@@ -277,13 +277,9 @@ def test_jpeg_files_decoded_and_augmented_in_batches(tmp_path):
 
 def test_throughput_benchmark_configs(tmp_path):
     """The benchmark's generated tools/train.py configs select the asked augmentation and loader."""
-    import importlib.util
-
     from mmengine.config import Config
-    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'benchmarks', 'throughput.py')
-    spec = importlib.util.spec_from_file_location('bench_throughput', path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+
+    from benchmarks import throughput as bench
     args = bench.parse_args(['--iters', '4', '--warmup', '1', '--workers', '3'])
     digits = Config.fromfile(bench.write_config(str(tmp_path / 'd.py'), 'digits', 'device', args, ''))
     assert digits.train_dataloader.dataset.augment_on == 'device' and digits.train_dataloader.num_workers == 0

@@ -332,11 +332,7 @@ def test_unaccepted_batch_is_exactly_instance_discrimination(treatment):
 
 
 def test_step_cost_benchmark_speed_options_and_encoder_row(capsys):
-    import importlib.util
-    path = osp.join(osp.dirname(__file__), '..', 'benchmarks', 'step_cost.py')
-    spec = importlib.util.spec_from_file_location('step_cost_bench', path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmarks import step_cost as bench
     result = bench.main(['--pairs', 'simclr', '--batch-size', '4', '--image-size', '8',
                          '--neck-hidden', '16', '--out-dim', '8', '--num-samples', '64',
                          '--warmup', '0', '--repeats', '1', '--threads', '1', '--device', 'cpu',

@@ -2,7 +2,6 @@
 against float64 references written from the papers' equations with loops over anchors."""
 import argparse
 import glob
-import importlib.util
 import json
 import math
 import os.path as osp
@@ -257,10 +256,7 @@ def test_algorithms_refuse_bad_settings():
 def test_fmnist_configs_take_the_benchmark_overrides(config, tmp_path):
     """The --cfg-options of benchmarks/false_negatives.py (CPU preset, with the method's own
     settings) pass tools/train.py's checks and build the model."""
-    spec = importlib.util.spec_from_file_location(
-        'fn_bench', osp.join(REPO, 'benchmarks', 'false_negatives.py'))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmarks import false_negatives as bench
     path = osp.join(REPO, 'configs', config)
     cfg = bench.load_config(path)
     method = next(m for m in bench.METHODS if osp.basename(config).startswith(m))
@@ -272,7 +268,7 @@ def test_fmnist_configs_take_the_benchmark_overrides(config, tmp_path):
     assert cfg.train_dataloader.batch_size == 128 and cfg.model.temperature == 0.2
     model = MODELS.build(cfg.model)
     assert model.backbone.out_dim == 256
-    for key, value in bench.CPU_METHOD_OPTIONS.get(method, {}).items():
+    for key, value in bench.METHODS[method].options.get('cpu', {}).items():
         assert cfg.model[key.split('.', 1)[1]] == value
     hooks = [HOOKS.build(h) for h in cfg.custom_hooks]
     assert hooks[bench.hook_index(cfg, 'KNNEvalHook')].interval == 5

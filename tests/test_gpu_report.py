@@ -1,20 +1,21 @@
 """benchmarks/gpu_report.py: its commands checked on a CPU (--dry-run), its report, its saved parts;
 and the CUDA-only checks it runs (skipped without CUDA)."""
+import contextlib
+import io
 import json
 import os
 import os.path as osp
 import re
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 import torch
 from fake_data import rgb_image
 
-BENCHMARKS = osp.join(osp.dirname(osp.abspath(__file__)), '..', 'benchmarks')
-sys.path.insert(0, BENCHMARKS)
-import gpu_report  # noqa: E402
+from benchmarks import gpu_figures, gpu_parts, gpu_report
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 
@@ -22,9 +23,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a C
 def test_dry_run_checks_every_command_and_renders_the_report(tmp_path, capsys):
     report = gpu_report.main(['--dry-run', '--out-dir', str(tmp_path / 'r')])
     out = capsys.readouterr().out
-    for part in gpu_report.parts(str(tmp_path / 'r')):
+    for part in gpu_parts.parts(str(tmp_path / 'r')):
         assert f'[{part.name}] ok: ' in out
-    for label, goal, op, unit in gpu_report.GOALS.values():
+    for label, goal, op, unit in gpu_figures.GOALS.values():
         assert f'| {label} |' in report and f'{op} {goal:,g} {unit}' in report
     assert 'not measured' not in report and '| NO |' not in report
     assert '| compiled, bf16 | 4,200 | 4,150 | 1.012 |' in report
@@ -32,16 +33,16 @@ def test_dry_run_checks_every_command_and_renders_the_report(tmp_path, capsys):
 
 
 def test_dry_run_names_a_part_whose_arguments_its_script_refuses(monkeypatch, tmp_path):
-    monkeypatch.setattr(gpu_report, 'STEP_ARGS', [*gpu_report.STEP_ARGS, '--no-such-flag'])
+    monkeypatch.setattr(gpu_parts, 'STEP_ARGS', [*gpu_parts.STEP_ARGS, '--no-such-flag'])
     with pytest.raises(SystemExit, match='step_eager_fp32: benchmarks/step_cost.py refuses'):
         gpu_report.main(['--dry-run', '--parts', 'step_eager_fp32', '--out-dir', str(tmp_path)])
 
 
 def test_missing_and_failing_figures_are_shown_against_their_goals():
-    results = gpu_report.fake_results(gpu_report.parts('w'))
+    results = gpu_figures.fake_results(gpu_parts.parts('w'))
     del results['clustering']
     results['fmnist_full']['result']['rows'][0]['images_per_s'] = 1000.0
-    report = gpu_report.render(results, 'NVIDIA H100 80GB HBM3')
+    report = gpu_figures.render(results, 'NVIDIA H100 80GB HBM3')
     assert report.startswith('# GPU report: NVIDIA H100 80GB HBM3')
     assert '| clustering round, 1.28M x 128, k = 1k/3k/10k | not measured s | <= 10 s | - |' in report
     assert '| end to end, Fashion-MNIST (device views) | 1,000.0 img/s | >= 25,000 img/s | NO |' in report
@@ -62,7 +63,7 @@ def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
     """A re-run runs only the parts without a saved result; --force runs them again."""
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     monkeypatch.setattr(torch.cuda, 'get_device_name', lambda *a: 'Fake GPU')
-    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
+    fake = gpu_figures.fake_results(gpu_parts.parts(str(tmp_path)))
     ran = []
 
     def run_part(part, out_dir):
@@ -88,15 +89,15 @@ def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
 def test_the_parts_expected_costs_fit_the_default_budget():
     """The five most valuable parts fit the default seven minutes (costs measured on an H200, or
     estimated where a part has not run yet); a second call of the same length runs the last four."""
-    all_parts = gpu_report.parts('w')
+    all_parts = gpu_parts.parts('w')
     assert [p.name for p in all_parts] == [
         'cuda_tests', 'fmnist_full', 'step_profile', 'step_compiled_bf16', 'jpeg_folder', 'clustering',
         'step_eager_bf16', 'step_eager_fp32', 'step_compiled_fp32']
-    assert sum(p.expected_s for p in all_parts[:5]) <= gpu_report.BUDGET_S == 420
-    assert sum(p.expected_s for p in all_parts[:6]) > gpu_report.BUDGET_S
-    assert sum(p.expected_s for p in all_parts[5:]) <= gpu_report.BUDGET_S
+    assert sum(p.expected_s for p in all_parts[:5]) <= gpu_parts.BUDGET_S == 420
+    assert sum(p.expected_s for p in all_parts[:6]) > gpu_parts.BUDGET_S
+    assert sum(p.expected_s for p in all_parts[5:]) <= gpu_parts.BUDGET_S
     assert gpu_report.parse_args([]).budget == 420
-    assert [p.name for p in gpu_report.parts('w', rehearse=True)] == [p.name for p in all_parts]
+    assert [p.name for p in gpu_parts.parts('w', rehearse=True)] == [p.name for p in all_parts]
 
 
 def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_path, capsys):
@@ -104,7 +105,7 @@ def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_pa
     with the same budget completes the rest."""
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     monkeypatch.setattr(torch.cuda, 'get_device_name', lambda *a: 'Fake GPU')
-    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
+    fake = gpu_figures.fake_results(gpu_parts.parts(str(tmp_path)))
     limits = {}
 
     def run_part(part, out_dir):  # takes exactly its expected time
@@ -137,24 +138,35 @@ def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_pa
     assert 'budget (--budget 200 s): jpeg_folder, step_eager_fp32, step_compiled_fp32.' in report
 
 
-def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(tmp_path, capsys):
+@pytest.fixture(scope='module')
+def rehearsal(tmp_path_factory):
+    """One --rehearse run (every part's script at toy sizes on the CPU, about a minute), shared by the
+    tests that read its report and its parts' real output."""
+    out_dir = tmp_path_factory.mktemp('rehearsal')
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = gpu_report.main(['--rehearse', '--out-dir', str(out_dir)])
+    results = {part.name: json.loads((out_dir / f'{part.name}.json').read_text())
+               for part in gpu_parts.parts(str(out_dir), rehearse=True)}
+    return types.SimpleNamespace(out_dir=out_dir, report=report, out=printed.getvalue(),
+                                 results=results)
+
+
+def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(rehearsal):
     """--rehearse: every part's script at toy sizes, the same result files and report, marked."""
-    report = gpu_report.main(['--rehearse', '--out-dir', str(tmp_path)])
-    out = capsys.readouterr().out
-    all_parts = gpu_report.parts(str(tmp_path), rehearse=True)
-    results = {}
-    for part in all_parts:
-        results[part.name] = json.loads((tmp_path / f'{part.name}.json').read_text())
+    report, results, out_dir = rehearsal.report, rehearsal.results, rehearsal.out_dir
+    for part in gpu_parts.parts(str(out_dir), rehearse=True):
         assert gpu_report.succeeded(part.name, results[part.name], rehearsal=True), (
-            part.name, (tmp_path / f'{part.name}.log').read_text()[-3000:])
+            part.name, (out_dir / f'{part.name}.log').read_text()[-3000:])
         assert f'| {part.name} | {part.expected_s} s | ran | 0 |' in report
     assert report.startswith('# GPU report rehearsal: CPU') and '**Rehearsal**' in report
-    assert report == (tmp_path / 'report.md').read_text() and 'Plan: 9 part(s), no budget' in out
-    figures = gpu_report.figures(results)
+    assert report == (out_dir / 'report.md').read_text()
+    assert 'Plan: 9 part(s), no budget' in rehearsal.out
+    figures = gpu_figures.figures(results)
     # The CUDA tests are collected and skipped: no host-sync figure; every other one was measured.
     assert [k for k, v in figures.items() if v is None] == ['syncs']
     assert results['cuda_tests']['tests']['skipped'] > 40 and results['cuda_tests']['tests']['passed'] == 0
-    for label, goal, op, unit in gpu_report.GOALS.values():
+    for label, goal, op, unit in gpu_figures.GOALS.values():
         assert f'| {label} | ' in report
     assert '| yes |' not in report and '| NO |' not in report  # toy figures are not held to the goals
     for variant in ('compiled, bf16', 'compiled, fp32', 'eager, bf16', 'eager, fp32'):
@@ -176,10 +188,10 @@ def _fails_fast(part, result_path):
 def test_a_crashed_part_reads_back_no_earlier_result(monkeypatch, tmp_path):
     """An earlier run's raw files are removed first, and a failed script part measures nothing."""
     monkeypatch.setattr(gpu_report, 'command', _fails_fast)
-    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
-    step = gpu_report.Part('step_compiled_bf16', 'step_cost.py', [], 60)
+    fake = gpu_figures.fake_results(gpu_parts.parts(str(tmp_path)))
+    step = gpu_parts.Part('step_compiled_bf16', 'step_cost.py', [], 60)
     (tmp_path / 'step_compiled_bf16.raw.json').write_text(json.dumps(fake['step_compiled_bf16']['result']))
-    tests = gpu_report.Part('cuda_tests', 'pytest', [], 60)
+    tests = gpu_parts.Part('cuda_tests', 'pytest', [], 60)
     (tmp_path / 'cuda_tests.raw.json.xml').write_text('<testsuites><testsuite><testcase name="t"/>'
                                                      '</testsuite></testsuites>')
     results = dict(fake, step_compiled_bf16=gpu_report.run_part(step, str(tmp_path)),
@@ -190,7 +202,7 @@ def test_a_crashed_part_reads_back_no_earlier_result(monkeypatch, tmp_path):
     # Even with a result left in it, a part that exited non-zero gives no figure.
     results['step_compiled_bf16'] = dict(fake['step_compiled_bf16'], returncode=1)
     results['cuda_tests'] = dict(fake['cuda_tests'], returncode=1)  # failed tests are still a result
-    figures = gpu_report.figures(results)
+    figures = gpu_figures.figures(results)
     assert figures['step'] is None and figures['ratio'] is None
     assert figures['syncs'] == 0.0 and figures['clustering'] == 7.5
 
@@ -209,7 +221,7 @@ def test_a_timeout_ends_the_processes_the_part_started(monkeypatch, tmp_path):
     pid_file = tmp_path / 'grandchild.pid'
     monkeypatch.setattr(gpu_report, 'command', lambda part, path: [
         'sh', '-c', f'sleep 60 & echo $! > {pid_file}; wait'])
-    result = gpu_report.run_part(gpu_report.Part('jpeg_folder', 'throughput.py', [], 1, timeout_s=2), str(tmp_path))
+    result = gpu_report.run_part(gpu_parts.Part('jpeg_folder', 'throughput.py', [], 1, timeout_s=2), str(tmp_path))
     assert result['returncode'] == 'timeout'
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 5
@@ -222,7 +234,7 @@ def test_failed_and_timed_out_parts_run_again(monkeypatch, tmp_path):
     """Only a part that succeeded is skipped on a re-run; failing CUDA tests count as a result."""
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     monkeypatch.setattr(torch.cuda, 'get_device_name', lambda *a: 'Fake GPU')
-    fake = gpu_report.fake_results(gpu_report.parts(str(tmp_path)))
+    fake = gpu_figures.fake_results(gpu_parts.parts(str(tmp_path)))
     ran = []
     monkeypatch.setattr(gpu_report, 'run_part', lambda part, out_dir: ran.append(part.name) or fake[part.name])
     saved = {'cuda_tests': dict(returncode='timeout', wall_s=300.0, log='l'),
@@ -240,22 +252,12 @@ def test_failed_and_timed_out_parts_run_again(monkeypatch, tmp_path):
     assert ran == []
 
 
-def test_the_figures_are_read_from_the_benchmarks_real_output(tmp_path):
-    """step_cost.py and clustering_cost.py at tiny sizes on the CPU: every key the report reads exists."""
-    threads = torch.get_num_threads()
-    try:
-        gpu_report.importlib.import_module('step_cost').main([
-            '--pairs', 'moco', '--no-encoder', '--batch-size', '4', '--image-size', '8', '--neck-hidden', '16',
-            '--out-dim', '8', '--queue-len', '64', '--num-samples', '256', '--warmup', '1', '--repeats', '1',
-            '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'step.json')])
-        gpu_report.importlib.import_module('clustering_cost').main([
-            '--backends', 'torch', '--num-samples', '300', '--ks', '3,5', '--niter', '2', '--dim', '8',
-            '--threads', '1', '--device', 'cpu', '--out', str(tmp_path / 'clustering.json')])
-    finally:
-        torch.set_num_threads(threads)
-    results = {name: dict(result=json.loads((tmp_path / f'{file}.json').read_text()), returncode=0)
-               for name, file in [('step_compiled_bf16', 'step'), ('clustering', 'clustering')]}
-    figures = gpu_report.figures(results)
+def test_the_figures_are_read_from_the_benchmarks_real_output(rehearsal):
+    """step_cost.py and clustering_cost.py at toy sizes on the CPU (the rehearsal's parts): every key
+    the report reads exists."""
+    results = {name: dict(result=rehearsal.results[name]['result'], returncode=0)
+               for name in ('step_compiled_bf16', 'clustering')}
+    figures = gpu_figures.figures(results)
     assert {k: figures[k] is not None for k in ('step', 'ratio', 'clustering')} == dict(
         step=True, ratio=True, clustering=True)
     assert figures['step'] > 0 and figures['ratio'] > 0 and figures['clustering'] > 0

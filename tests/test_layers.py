@@ -34,7 +34,8 @@ FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
 
 
 def module_name(path: Path) -> str:
-    """``ifnd.models.encoder`` for ``ifnd/models/encoder.py`` (a package for its ``__init__.py``)."""
+    """``ifnd.models.encoder`` for ``ifnd/models/encoder.py`` (a package for its ``__init__.py``);
+    ``benchmarks.fn_harness.plan`` for ``benchmarks/fn_harness/plan.py``."""
     parts = path.relative_to(PACKAGE.parent).with_suffix('').parts
     return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
@@ -46,8 +47,10 @@ def unit(module: str) -> str:
 
 
 def imported_modules(path: Path) -> list[tuple[str, int]]:
-    """The ``ifnd`` modules a file imports, relative imports resolved, with their line numbers."""
+    """The modules of its own top-level package (``ifnd``, or ``benchmarks`` for a benchmark) a file
+    imports, relative imports resolved, with their line numbers."""
     module = module_name(path)
+    top = module.split('.')[0]
     package = module if path.name == '__init__.py' else module.rpartition('.')[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'), filename=str(path))):
@@ -60,9 +63,9 @@ def imported_modules(path: Path) -> list[tuple[str, int]]:
             else:
                 source = node.module or ''
             # `from ifnd import registry` imports the module ifnd.registry.
-            names = [f'{source}.{alias.name}' for alias in node.names] if source == 'ifnd' else [source]
+            names = [f'{source}.{alias.name}' for alias in node.names] if source == top else [source]
             found += [(name, node.lineno) for name in names]
-    return [(name, line) for name, line in found if name.split('.')[0] == 'ifnd']
+    return [(name, line) for name, line in found if name.split('.')[0] == top]
 
 
 MODULES = sorted(PACKAGE.rglob('*.py'))
@@ -83,6 +86,24 @@ def test_imports_point_down(path):
              if unit(name) != own and FLOOR.get(unit(name), len(FLOORS)) >= FLOOR[own]]
     assert not wrong, (f'{own} (floor {FLOOR[own]}) imports upward or sideways; move the code to the '
                        'floor it belongs on:\n' + '\n'.join(wrong))
+
+
+def test_the_package_imports_nothing_that_stands_above_it():
+    """No module of ``ifnd`` imports benchmarks/, tools/ or tests/: they import the package, so an
+    import back would close a circle through them."""
+    above = ('benchmarks', 'tools', 'tests')
+    wrong = []
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or '']
+            else:
+                continue
+            wrong += [f'{osp.relpath(path, PACKAGE.parent)}:{node.lineno}: {name}' for name in names
+                      if name.split('.')[0] in above]
+    assert not wrong, 'the package imports what stands above it:\n' + '\n'.join(wrong)
 
 
 CLUSTERING = sorted((PACKAGE / 'clustering').rglob('*.py'))

@@ -1,6 +1,7 @@
-"""Sizes and shape of the code: no module of ``ifnd`` over 500 lines, no function over 60 lines in
-``ifnd``, ``benchmarks`` or ``tools``, no import circle among ``ifnd``'s modules, and no private
-name of one ``ifnd`` module used by another.
+"""Sizes and shape of the code: no file over 500 lines and no function over 60 lines in ``ifnd``,
+``benchmarks`` or ``tools``; no import circle among the modules of ``ifnd`` or of ``benchmarks``,
+nor among their packages (a sub-package counts as a package of its own); and no private name of
+one ``ifnd`` module used by another.
 
 Files are parsed with ``ast``, not imported: imports inside functions count too and nothing runs.
 """
@@ -14,6 +15,8 @@ from test_layers import module_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / 'ifnd'
+FOLDERS = ('ifnd', 'benchmarks', 'tools')  # held to the size limits
+PACKAGES = ('ifnd', 'benchmarks')  # held to no circles (tools/ holds scripts, not a package)
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
@@ -22,6 +25,14 @@ LONG_FILES: set[str] = set()
 LONG_FUNCTIONS: set[str] = set()
 # Import circles today, to be untangled: the modules along each.
 CIRCLES: set[frozenset] = set()
+# Package circles today, to be untangled: the packages along each.
+PACKAGE_CIRCLES: set[frozenset] = {
+    # ifnd.models.false_negatives.support_views and .treatment import ifnd.models.losses, while
+    # ifnd/models/__init__.py, ifnd.models.contrastive and ifnd.models.moco import
+    # ifnd.models.false_negatives: what the detectors take from the losses belongs in a package
+    # below both (test_no_package_circles names each import with its line when this is removed).
+    frozenset({'ifnd.models', 'ifnd.models.false_negatives'}),
+}
 
 
 def relative(path: Path) -> str:
@@ -45,12 +56,16 @@ def long_functions(path: Path) -> dict[str, int]:
     return found
 
 
-MODULES = {module_name(path) for path in PACKAGE.rglob('*.py')}
+FILES = {package: sorted((ROOT / package).rglob('*.py')) for package in PACKAGES}
+MODULES = {module_name(path) for paths in FILES.values() for path in paths}
+# The packages: a module belongs to the one that holds it, a package's __init__ to the package.
+PACKAGE_NAMES = {module_name(path) for paths in FILES.values() for path in paths
+                 if path.name == '__init__.py'}
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The ``ifnd`` modules a file imports, each named as the module that holds the imported name
-    (``from ifnd.zoo import info`` imports ``ifnd.zoo``)."""
+    """The modules of its own package a file imports, each named as the module that holds the
+    imported name (``from ifnd.zoo import info`` imports ``ifnd.zoo``)."""
     found = set()
     for name, _ in layers.imported_modules(path):
         while name and name not in MODULES:
@@ -59,42 +74,85 @@ def imported_modules(path: Path) -> set[str]:
     return found - {'', module_name(path)}
 
 
-def import_circles() -> list[list[str]]:
-    """Each import circle among ``ifnd``'s modules, once, as the modules along it."""
-    graph = {module_name(path): sorted(imported_modules(path)) for path in PACKAGE.rglob('*.py')}
-    circles, done = [], set()
+def package_of(module: str) -> str:
+    """The package that holds ``module`` (itself for a package)."""
+    return module if module in PACKAGE_NAMES else module.rpartition('.')[0]
+
+
+def module_graph(package: str) -> dict[str, list[str]]:
+    """Each module of ``package`` -> the modules of ``package`` it imports."""
+    return {module_name(path): sorted(imported_modules(path)) for path in FILES[package]}
+
+
+def package_graph(package: str) -> dict[str, list[str]]:
+    """Each package of ``package`` (sub-packages included) -> the others its modules import."""
+    graph: dict[str, set[str]] = {}
+    for module, targets in module_graph(package).items():
+        own = package_of(module)
+        graph.setdefault(own, set()).update(package_of(target) for target in targets)
+    return {name: sorted(targets - {name}) for name, targets in graph.items()}
+
+
+def circles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Each circle of an import graph, once, as the nodes along it."""
+    found, done = [], set()
     state: dict[str, str] = {}  # 'open' while on the current path, 'closed' once explored
 
-    def visit(module: str, trail: list[str]) -> None:
-        state[module] = 'open'
-        trail.append(module)
-        for target in graph[module]:
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 'open'
+        trail.append(node)
+        for target in graph[node]:
             if state.get(target) == 'open':
                 circle = trail[trail.index(target):]
                 key = frozenset(circle)
                 if key not in done:
                     done.add(key)
-                    circles.append(circle + [target])
+                    found.append(circle + [target])
             elif target not in state:
                 visit(target, trail)
         trail.pop()
-        state[module] = 'closed'
+        state[node] = 'closed'
 
-    for module in graph:
-        if module not in state:
-            visit(module, [])
-    return circles
+    for node in graph:
+        if node not in state:
+            visit(node, [])
+    return found
 
 
-def test_no_long_files():
-    """No module of ``ifnd`` over the line limit, but those listed to be split."""
-    long = {relative(path): line_count(path) for path in PACKAGE.rglob('*.py')
+def import_circles(package: str = 'ifnd') -> list[list[str]]:
+    """Each import circle among ``package``'s modules, once, as the modules along it."""
+    return circles(module_graph(package))
+
+
+def package_circles(package: str) -> list[list[str]]:
+    """Each import circle among ``package``'s packages, once, as the packages along it."""
+    return circles(package_graph(package))
+
+
+def package_imports(source: str, target: str) -> list[str]:
+    """``module:line`` of each import by a module of package ``source`` from package ``target``."""
+    found = []
+    for path in FILES[source.split('.')[0]]:
+        if package_of(module_name(path)) != source:
+            continue
+        for name, line in layers.imported_modules(path):
+            while name and name not in MODULES:
+                name = name.rpartition('.')[0]
+            if name and package_of(name) == target:
+                found.append(f'{module_name(path)}:{line}')
+    return found
+
+
+@pytest.mark.parametrize('folder', FOLDERS)
+def test_no_long_files(folder):
+    """No file over the line limit, but those listed to be split."""
+    long = {relative(path): line_count(path) for path in sorted((ROOT / folder).rglob('*.py'))
             if line_count(path) > MAX_FILE_LINES}
     new = {path: lines for path, lines in long.items() if path not in LONG_FILES}
-    assert not new, f'split these modules by idea (at most {MAX_FILE_LINES} lines): {new}'
+    assert not new, f'split these files by idea (at most {MAX_FILE_LINES} lines): {new}'
 
 
-@pytest.mark.parametrize('folder', ['ifnd', 'benchmarks', 'tools'])
+@pytest.mark.parametrize('folder', FOLDERS)
 def test_no_long_functions(folder):
     """No function over the line limit, but those listed to be split."""
     long = {}
@@ -113,15 +171,30 @@ def test_the_lists_of_exceptions_hold_only_offenders():
         functions.update(long_functions(ROOT / name.split('::')[0]))
     assert files == LONG_FILES, f'remove from LONG_FILES: {LONG_FILES - files}'
     assert LONG_FUNCTIONS <= functions, f'remove from LONG_FUNCTIONS: {LONG_FUNCTIONS - functions}'
-    circles = {frozenset(circle) for circle in import_circles()}
-    assert CIRCLES <= circles, f'remove from CIRCLES: {CIRCLES - circles}'
+    found = {frozenset(circle) for package in PACKAGES for circle in import_circles(package)}
+    assert CIRCLES <= found, f'remove from CIRCLES: {CIRCLES - found}'
+    found = {frozenset(circle) for package in PACKAGES for circle in package_circles(package)}
+    assert PACKAGE_CIRCLES <= found, f'remove from PACKAGE_CIRCLES: {PACKAGE_CIRCLES - found}'
 
 
-def test_no_import_circles():
-    """No module of ``ifnd`` imports, directly or through others, a module that imports it."""
-    circles = [circle for circle in import_circles() if frozenset(circle) not in CIRCLES]
-    assert not circles, ('move what both sides share into a module below them:\n'
-                         + '\n'.join(' -> '.join(circle) for circle in circles))
+@pytest.mark.parametrize('package', PACKAGES)
+def test_no_import_circles(package):
+    """No module imports, directly or through others, a module that imports it."""
+    found = [circle for circle in import_circles(package) if frozenset(circle) not in CIRCLES]
+    assert not found, ('move what both sides share into a module below them:\n'
+                       + '\n'.join(' -> '.join(circle) for circle in found))
+
+
+@pytest.mark.parametrize('package', PACKAGES)
+def test_no_package_circles(package):
+    """No package imports, directly or through others, a package that imports it: a sub-package
+    and the package above it are two packages (``benchmarks.fn_harness`` and ``benchmarks``)."""
+    found = [circle for circle in package_circles(package)
+             if frozenset(circle) not in PACKAGE_CIRCLES]
+    steps = [f'{a} -> {b}: ' + ', '.join(package_imports(a, b))
+             for circle in found for a, b in zip(circle, circle[1:])]
+    assert not found, ('move what both sides share into a package below them:\n'
+                       + '\n'.join(steps))
 
 
 def private_imports(path: Path) -> list[str]:

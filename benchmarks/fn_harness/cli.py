@@ -8,11 +8,12 @@ import sys
 import time
 from typing import Sequence
 
-from common import report_results
+from ..common import report_results
 
+from .arguments import parse_args
 from .merge import check_previous, merge
 from .plan import load_config, make_plans, training_data
-from .protocol import TITLES, parse_args
+from .protocol import METHODS
 from .report import markdown_tables, plot
 from .results import collect
 from .running import TimeLimit, run_plan, training_device
@@ -112,7 +113,7 @@ def _check_finished(plans: list[dict], records: list, runs: list[dict], previous
     if unfinished and args.time_limit_clock.seconds and not args.skip_train:
         print(f'{len(unfinished)} of {len(plans)} run(s) not finished in the time limit '
               f'({args.time_limit:g} s): '
-              + ', '.join(f"{TITLES[p['method']]} seed {p['seed']}" for p in unfinished)
+              + ', '.join(f"{METHODS[p['method']].title} seed {p['seed']}" for p in unfinished)
               + '; the same command again trains them (they start over)', flush=True)
     if not runs and not any(source['runs'] for source in previous):
         if args.time_limit_clock.seconds and not args.skip_train:

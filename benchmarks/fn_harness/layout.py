@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Callable, NamedTuple
 
-from .protocol import CLUSTERERS, DETECTION_KEYS, METHODS
+from .protocol import DETECTION_KEYS, METHODS
 
 
 class Leaf(NamedTuple):
@@ -129,6 +129,6 @@ def check_result(result: dict) -> None:
     check(result, RESULT, '')
     for index, run in enumerate(result['runs']):
         for key in ('rounds', 'detection'):  # the clustering methods' table reads them
-            if run['method'] in CLUSTERERS and key not in run:
+            if METHODS[run['method']].clusters and key not in run:
                 raise LayoutError(f'runs[{index}].{key}', None, f"{_kind(RUN[key + '?'])}, which "
                                   f"{run['method']} runs have", missing=True)

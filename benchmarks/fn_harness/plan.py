@@ -8,8 +8,11 @@ import sys
 
 import numpy as np
 
+from ifnd.clustering import CalendarAcceptance
+from ifnd.registry import ACCEPTANCES
+
 from .option_checks import check_run_options
-from .protocol import CLUSTERERS, REPO
+from .protocol import METHODS, REPO
 
 
 def load_config(path: str):
@@ -80,12 +83,18 @@ def _knn_options(method: str, cfg, args: argparse.Namespace, split: dict | None)
     return opts
 
 
+def _has_final_rate(hook: dict) -> bool:
+    """Whether the hook's acceptance scheme accepts a rate (the calendar's) rather than by evidence."""
+    kind = (hook.get('acceptance') or {}).get('type', 'LinearAcceptance')
+    return issubclass(ACCEPTANCES.get(kind) or type(None), CalendarAcceptance)
+
+
 def _pseudo_label_options(method: str, cfg, args: argparse.Namespace, seed: int | None) -> dict:
     """IFND's clustering settings (its PseudoLabelHook), seeded by the run seed."""
     labels = hook_index(cfg, 'PseudoLabelHook')
     opts: dict[str, object] = {}
     if labels is None:
-        if method in CLUSTERERS:
+        if METHODS[method].clusters:
             raise SystemExit(f'{method}: the config has no PseudoLabelHook in custom_hooks')
         return opts
     if seed is not None:
@@ -96,8 +105,8 @@ def _pseudo_label_options(method: str, cfg, args: argparse.Namespace, seed: int 
         opts[f'custom_hooks.{labels}.kmeans.nredo'] = args.nredo
     if args.num_clusters is not None:
         opts[f'custom_hooks.{labels}.num_clusters'] = list(args.num_clusters)
-    if args.final_rate is not None:
-        opts[f'custom_hooks.{labels}.final_rate'] = args.final_rate
+    if args.final_rate is not None and _has_final_rate(cfg.custom_hooks[labels]):
+        opts[f'custom_hooks.{labels}.acceptance.final_rate'] = args.final_rate
     if args.num_workers is not None:
         opts[f'custom_hooks.{labels}.num_workers'] = args.num_workers
     return opts

@@ -7,7 +7,7 @@ import os.path as osp
 
 import numpy as np
 
-from .protocol import CLUSTERERS, DETECTION_KEYS, FLAGGERS, LABELS, METHODS, TITLES, method_option_texts
+from .protocol import DETECTION_KEYS, METHODS, method_option_texts
 from .stats import mean_sd
 
 
@@ -62,9 +62,9 @@ def _comparison_table(result: dict) -> list[str]:
         gap = summary['gap_closed'].get(m, {})
         secs = [r['seconds'] for r in runs if r['method'] == m and r.get('seconds')]
         have = len(stats['top1']['values']) if 'top1' in stats else len(seeds)
-        title = TITLES[m] + (f' ({have} of {len(seeds)} seeds)' if have < len(seeds) else '')
+        title = METHODS[m].title + (f' ({have} of {len(seeds)} seeds)' if have < len(seeds) else '')
         lines.append(
-            f"| {title} | {LABELS[m]} | {_pm(stats.get('top1'))} | "
+            f"| {title} | {METHODS[m].labels} | {_pm(stats.get('top1'))} | "
             f"{_pm(stats.get('linear_top1'))} | {_ci(paired.get('top1'))} | "
             f"{_ci(paired.get('linear_top1'))} | "
             f"{_ci(gap.get('top1'), 'share', 100, '{:.0f}%')} | "
@@ -81,7 +81,7 @@ def _contrasts_table(result: dict) -> list[str]:
              'mean [95% t-interval]):', '', '| Contrast | kNN top-1 | linear top-1 |', '|---|---:|---:|']
     for pair, stats in contrasts.items():
         a, b = pair.split(' - ')
-        lines.append(f"| {TITLES[a]} − {TITLES[b]} | {_ci(stats.get('top1'))} | "
+        lines.append(f"| {METHODS[a].title} − {METHODS[b].title} | {_ci(stats.get('top1'))} | "
                      f"{_ci(stats.get('linear_top1'))} |")
     return lines
 
@@ -90,7 +90,7 @@ def _per_seed_table(result: dict) -> list[str]:
     summary, runs, seeds = result['summary'], result['runs'], result['settings']['seeds']
     present = [m for m in METHODS if m in summary['methods']]
     lines = ['', 'Per seed (kNN / linear top-1, %):', '',
-             '| Seed | ' + ' | '.join(TITLES[m] for m in present) + ' |',
+             '| Seed | ' + ' | '.join(METHODS[m].title for m in present) + ' |',
              '|---:|' + '---:|' * len(present)]
     by = {(r['method'], r['seed']): r for r in runs}
     for seed in seeds:
@@ -108,7 +108,7 @@ def _per_seed_table(result: dict) -> list[str]:
 
 def _flagged_table(runs: list[dict]) -> list[str]:
     flagged = [(m, [r['flagged'] for r in runs if r['method'] == m and r.get('flagged')])
-               for m in FLAGGERS]
+               for m, method in METHODS.items() if method.flags]
     flagged = [(m, fl) for m, fl in flagged if fl]
     if not flagged:
         return []
@@ -126,7 +126,7 @@ def _flagged_table(runs: list[dict]) -> list[str]:
                   for key in DETECTION_KEYS]
         runs_of = sum(r['method'] == m for r in runs)
         # Runs trained before the detection scalars were logged are left out, and said so.
-        title = TITLES[m] + (f' ({len(fl)} of {runs_of} seeds)' if len(fl) < runs_of else '')
+        title = METHODS[m].title + (f' ({len(fl)} of {runs_of} seeds)' if len(fl) < runs_of else '')
         lines.append(f'| {title} | ' + ' | '.join(cells) + ' |')
     return lines
 
@@ -167,7 +167,7 @@ def _acceptance_table(runs: list[dict]) -> list[str]:
     """Per clustering method, round and k: the share of labels accepted and the pair precision /
     recall of the flags they make (runs whose rounds.json carries them)."""
     lines = []
-    for method in CLUSTERERS:
+    for method in (m for m, record in METHODS.items() if record.clusters):
         lines += _acceptance_rows(method, [r for r in runs if r['method'] == method and r.get('rounds')
                                            and 'flag_precision' in r['rounds'][-1]['levels'][0]])
     return lines
@@ -177,7 +177,7 @@ def _acceptance_rows(method: str, ifnd: list[dict]) -> list[str]:
     if not ifnd:
         return []
     ks = [lv['k'] for lv in ifnd[0]['rounds'][0]['levels']]
-    lines = ['', f'{TITLES[method]} acceptance per clustering round (mean over seeds), per k: '
+    lines = ['', f'{METHODS[method].title} acceptance per clustering round (mean over seeds), per k: '
              'accepted share, then the precision / recall (%) of the pairs its labels flag '
              '(recall counts every same-class pair of the training set).', '',
              '| after epoch | ' + ' | '.join(f'k={k}' for k in ks) + ' |', '|---:|' + '---:|' * len(ks)]
@@ -218,7 +218,7 @@ def _plot_top1(ax, result: dict, colours: dict) -> None:
         epochs = sorted(set.intersection(*(set(h) for h in histories)))
         values = np.array([[h[e] for e in epochs] for h in histories])
         mean, sd = values.mean(0), values.std(0, ddof=1) if len(values) > 1 else 0 * values[0]
-        ax.plot(epochs, mean, marker='o', ms=3, color=colours[m], label=TITLES[m])
+        ax.plot(epochs, mean, marker='o', ms=3, color=colours[m], label=METHODS[m].title)
         ax.fill_between(epochs, mean - sd, mean + sd, color=colours[m], alpha=0.2)
     ax.set(xlabel='epoch', ylabel='kNN top-1 (%)',
            title=f"kNN top-1, mean ± sd over {len(result['settings']['seeds'])} seed(s)")
@@ -257,7 +257,7 @@ def _plot_flagged(ax, runs: list[dict], flaggers: list[str], colours: dict) -> N
             epochs = sorted(set.intersection(*(set(h) for h in histories)))
             values = np.array([[h[e] for e in epochs] for h in histories])
             ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3, color=colours[m],
-                    label=f"{TITLES[m]} {key.split('_')[-1]}")
+                    label=f"{METHODS[m].title} {key.split('_')[-1]}")
     ax.set(xlabel='epoch', ylabel='%', ylim=(0, 102),
            title='negatives flagged as false: precision, recall')
     ax.grid(alpha=0.3)
@@ -271,7 +271,8 @@ def plot(result: dict, path: str) -> None:
     import matplotlib.pyplot as plt
     runs = result['runs']
     ifnd = [r for r in runs if r['method'] == 'ifnd']
-    flaggers = [m for m in FLAGGERS if any(r['method'] == m and r.get('flagged') for r in runs)]
+    flaggers = [m for m, method in METHODS.items()
+                if method.flags and any(r['method'] == m and r.get('flagged') for r in runs)]
     panels = 1 + 2 * bool(ifnd) + bool(flaggers)
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2), squeeze=False)
     colours = _method_colours()

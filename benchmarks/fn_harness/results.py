@@ -12,7 +12,7 @@ import numpy as np
 from ifnd.fileio.json_files import read_json
 from ifnd.hooks.pseudo_label_hook import MAX_ROUNDS_BYTES
 
-from .protocol import CLUSTERERS, DETECTION_KEYS, FLAGGERS
+from .protocol import DETECTION_KEYS, METHODS
 
 
 def read_scalars(work_dir: str, key: str, since: float | None) -> list[tuple[int, float]]:
@@ -84,17 +84,17 @@ def collect(plan: dict, record: dict, args: argparse.Namespace) -> dict:
     if plan['linear_cmd']:
         entry['linear_top1'] = read_scalars(osp.join(work_dir, 'linear'), 'top1',
                                             None)[-1][1]
-    if method in CLUSTERERS:
+    kind = METHODS[method]
+    if kind.clusters:
         rounds = read_json(osp.join(work_dir, 'pseudo_labels', 'rounds.json'), MAX_ROUNDS_BYTES, own=True)
         entry['rounds'] = sorted(rounds, key=lambda r: r['epoch'])
         entry['detection'] = detection_over_training(entry['rounds'], step)
         level = pick_level(entry['rounds'][-1], args.level)
         entry.update(mtpr=level.get('mtpr', math.nan), mtnr=level.get('mtnr', math.nan),
                      k=level['k'])
-    elif method in ('supcon', 'oracle_elim', 'simclr'):
-        truth = method != 'simclr'
-        entry.update(mtpr=100.0 if truth else 0.0, mtnr=100.0)
-    if method in FLAGGERS:
+    elif kind.known_rates is not None:
+        entry.update(zip(('mtpr', 'mtnr'), kind.known_rates))
+    if kind.flags:
         entry['flagged'] = flagged_negatives(work_dir)
     return entry
 

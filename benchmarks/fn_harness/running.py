@@ -15,7 +15,7 @@ import time
 
 from ifnd.fileio import write_json
 
-from .protocol import REPO, TITLES
+from .protocol import METHODS, REPO
 
 
 def training_device() -> str:
@@ -105,7 +105,7 @@ def run_plan(plan: dict, args: argparse.Namespace) -> dict | None:
     trained again (unless --rerun). Under ``args.time_limit_clock`` (a :class:`TimeLimit`) a run
     is not started when less time is left than a finished run took, and stopped when none is.
     """
-    work_dir, what = plan['work_dir'], f"{TITLES[plan['method']]} seed {plan['seed']}"
+    work_dir, what = plan['work_dir'], f"{METHODS[plan['method']].title} seed {plan['seed']}"
     record_path = osp.join(work_dir, 'run.json')
     commands = {'pretrain': shlex.join(plan['cmd']),
                 'linear': shlex.join(plan['linear_cmd']) if plan['linear_cmd'] else None}

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .protocol import CLOSERS, CONTRASTS, METHODS
+from .protocol import CONTRASTS, GAP, METHODS
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -72,9 +72,9 @@ def summarise(runs: list[dict], seeds: Sequence[int]) -> dict:
                 mean, sd = mean_sd(list(got.values()))
                 summary['methods'].setdefault(m, {})[metric] = {
                     'mean': mean, 'sd': sd, 'values': list(got.values()), 'seeds': list(got)}
-        base, top = values('simclr', metric), values('supcon', metric)
+        base, top = (values(end, metric) for end in GAP)
         for m in methods:
-            if m == 'simclr' or not base:
+            if m == GAP[0] or not base:
                 continue
             got = values(m, metric)
             shared = [s for s in got if s in base]
@@ -84,7 +84,7 @@ def summarise(runs: list[dict], seeds: Sequence[int]) -> dict:
                 summary['paired'].setdefault(m, {})[metric] = {
                     'mean': mean, 'low': lo, 'high': hi, 'values': diffs, 'seeds': shared}
             shared = [s for s in shared if s in top]
-            if m in CLOSERS and shared:
+            if m not in GAP and shared:
                 share, lo, hi = fieller_interval([got[s] - base[s] for s in shared],
                                                  [top[s] - base[s] for s in shared])
                 summary['gap_closed'].setdefault(m, {})[metric] = {

@@ -1,4 +1,9 @@
-"""Pieces shared by the benchmark scripts: argparse help, device choice, timing, the report."""
+"""Pieces shared by the benchmark scripts and the harness: argparse help, device choice, timing, the
+report, generated data.
+
+A package of its own, below both the scripts (``benchmarks.*``) and the harness
+(``benchmarks.fn_harness``), so that neither package imports the other back.
+"""
 import argparse
 import os
 import os.path as osp
@@ -16,7 +21,7 @@ from ifnd.fileio import write_json
 __all__ = ['REPO', 'HelpFormatter', 'describe_device', 'digits_as_fmnist', 'make_jpeg_folder', 'report_results',
            'resolve_device', 'synchronize', 'time_call']
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
