@@ -269,14 +269,14 @@ def test_false_negatives_dry_run_commands(capsys):
                                             '--seeds', '0', '7', '--linear-epochs', '5'])
     assert result == {}
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
-    methods = 14
+    methods = 15
     assert len(commands) == 2 * methods * 2
     pretrain, linear = commands[0::2], commands[1::2]
     configs = ('simclr/simclr_r18', 'ifnd/ifnd_r18', 'ifnd/supcon_r18', 'ifnd/oracle_elim_r18',
                'debiased/debiased_r18', 'hard_negative/hard_negative_r18', 'fnc/fnc_elim_r18',
                'fnc/fnc_attr_r18', 'ifnd/ifnd_hard_r18', 'glofnd/glofnd_r18',
                'glofnd/glofnd_hard_r18', 'ifnd/oracle_elim_linear_r18', 'ifnd/ifnd_confident_r18',
-               'ifnd/ifnd_confident_hard_r18') * 2
+               'ifnd/ifnd_confident_hard_r18', 'hcsc/hcsc_r18') * 2
     for line, config, seed in zip(pretrain, configs, [0] * methods + [7] * methods, strict=True):
         assert config in line and 'tools/train.py' in line
         assert f'randomness.seed={seed} ' in line and f'seed_{seed} ' in line

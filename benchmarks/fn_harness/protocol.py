@@ -70,6 +70,10 @@ class Method:
 _GLOFND_CPU = {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1, 'model.detector.alpha': 0.05}
 _GLOFND_DIGITS = {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3, 'model.detector.lr': 0.1}
 
+# HCSC's warm-up is a tenth of the run (20 of 200 epochs): 3 of the cpu budget's 30 (its config's 1
+# of 8 on digits already is).
+_HCSC_CPU = {'custom_hooks.0.acceptance.step_epoch': 3}
+
 
 def _hard(beta_cpu: float, beta_digits: float) -> dict:
     """Own settings of a detector combined with hard negatives: the weighting's beta."""
@@ -114,6 +118,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method('ifnd_confident_hard', 'IFND, confident labels + hard negatives',
            'confident pseudo labels, elimination; the rest reweighted by hardness', 'ifnd',
            flags=True, clusters=True, options=_hard(2.0, 1.0)),
+    Method('hcsc', 'HCSC', 'k-means prototypes; negatives dropped at random by cluster '
+           'probability, elimination', 'hcsc', flags=True, clusters=True,
+           options={'cpu': _HCSC_CPU}),
 )}
 # The two ends of the gap, instance labels and the supervised oracle: every other method's share of
 # the SimCLR -> SupCon gap is reported.

@@ -11,6 +11,7 @@
 | IFNDMoCo | MoCoV2 | PseudoLabels | elim | - |
 | DebiasedMoCo / HardNegativeMoCo | MoCoV2 | - | - | debiased / hard |
 | IFNDMoCoV3 | MoCoV3 | PseudoLabels | elim | - |
+| HCSC / HCSCMoCo / HCSCMoCoV3 | SimCLR / MoCoV2 / MoCoV3 | HCSCSelection | elim | - |
 
 Any other combination is written with the base's own parts, e.g. IFND with hard negatives:
 ``dict(type='SimCLR', detector=dict(type='PseudoLabels'), treatment='elim',
@@ -213,6 +214,29 @@ class IFNDMoCo(_PseudoLabelPreset, MoCoV2):
 @MODELS.register_module()
 class IFNDMoCoV3(_PseudoLabelPreset, MoCoV3):
     """IFND on the MoCo v3 base: keys of the batch sharing the query's pseudo label are eliminated."""
+
+
+class _SelectionPreset(_LabelPreset):
+    """HCSC's presets: negatives dropped at random by their prototype similarity, eliminated;
+    the settings of :class:`HCSCSelection` (``selection_temperature``, ``concentration``,
+    ``floor``, ``seed``) are the preset's too."""
+
+    detector_type, treatment_default = 'HCSCSelection', 'elim'
+
+
+@MODELS.register_module()
+class HCSC(_SelectionPreset, SimCLR):
+    """HCSC's instance selection on the SimCLR base (the authors' is MoCo v2: :class:`HCSCMoCo`)."""
+
+
+@MODELS.register_module()
+class HCSCMoCo(_SelectionPreset, MoCoV2):
+    """HCSC's instance selection on the MoCo v2 base: queue keys dropped at random, as the authors'."""
+
+
+@MODELS.register_module()
+class HCSCMoCoV3(_SelectionPreset, MoCoV3):
+    """HCSC's instance selection on the MoCo v3 base: the batch's keys dropped at random."""
 
 
 @MODELS.register_module()

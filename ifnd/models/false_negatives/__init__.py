@@ -2,8 +2,8 @@
 
 - ``label_bank.py``: IFND's per-sample pseudo labels, filled by ``PseudoLabelHook``.
 - ``detector.py``: the batch a detector sees and the base of all detectors.
-- ``pseudo_labels.py`` (IFND), ``support_views.py`` (FNC), ``glofnd.py`` (GloFND),
-  ``ground_truth.py`` (the oracles): one detector each.
+- ``pseudo_labels.py`` (IFND), ``support_views.py`` (FNC), ``glofnd.py`` (GloFND), ``hcsc.py``
+  (HCSC's instance selection), ``ground_truth.py`` (the oracles): one detector each.
 - Any detector takes an acceptance scheme (``ifnd/clustering/acceptance.py``, below the models),
   ranking the samples in a seeded random order.
 - ``treatment.py``: elimination and attraction of flagged negatives; debiased and hard weighting
@@ -14,6 +14,7 @@ The checks of the parts' numeric settings live on the ground floor, ``ifnd/setti
 from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
 from .glofnd import GloFND
 from .ground_truth import GroundTruth
+from .hcsc import HCSCSelection
 from .label_bank import PseudoLabelBank
 from .pseudo_labels import PseudoLabels
 from .sample_state import PerSampleState
@@ -22,6 +23,6 @@ from .treatment import TREATMENTS, WEIGHTINGS, build_weighting, check_parts, fla
 
 __all__ = [
     'DetectorNeeds',
-    'FalseNegativeDetector', 'NegativeBatch', 'GloFND', 'GroundTruth', 'PseudoLabelBank', 'PseudoLabels', 'PerSampleState',
+    'FalseNegativeDetector', 'NegativeBatch', 'GloFND', 'GroundTruth', 'HCSCSelection', 'PseudoLabelBank', 'PseudoLabels', 'PerSampleState',
     'SupportViews', 'TREATMENTS', 'WEIGHTINGS', 'build_weighting', 'check_parts', 'flagged_loss',
 ]
