@@ -223,6 +223,14 @@ class _SelectionPreset(_LabelPreset):
 
     detector_type, treatment_default = 'HCSCSelection', 'elim'
 
+    # Named here, not only through **kwargs, so a checkpoint's config gives them back (the keys a
+    # reader takes come from the signatures).
+    def __init__(self, backbone: dict, neck: dict, selection_temperature: float = 0.2,
+                 concentration: bool = True, floor: float = 0.001, seed: int = 0,
+                 **kwargs) -> None:
+        super().__init__(backbone, neck, selection_temperature=selection_temperature,
+                         concentration=concentration, floor=floor, seed=seed, **kwargs)
+
 
 @MODELS.register_module()
 class HCSC(_SelectionPreset, SimCLR):
