@@ -253,3 +253,11 @@ def test_short_run_on_digits_logs_detection(tmp_path):
     assert [s['step'] for s in detection] == [1, 2]
     assert detection[0]['train/fn_recall'] == 0 and detection[1]['train/fn_recall'] > 0
     assert 0 < detection[1]['train/fn_precision'] <= 100
+
+
+def test_mocov3_step_drops_the_batch_keys(tmp_path):
+    model = _build('HCSCMoCoV3')
+    _round(model, str(tmp_path))
+    loss, drop, counts = _step(model, *_batch())
+    assert torch.isfinite(loss) and 0 < drop < 1
+    assert counts is not None and counts[:, 0].sum() > 0
