@@ -14,6 +14,10 @@ state, so every process and a resumed run draw what one uninterrupted process dr
 an anchor once an epoch, so the epoch and its index stand for the step. A candidate image's views
 share their u (each is still flagged with its own p); a candidate of unknown index (MoCo's initial
 queue) is keyed by its column.
+
+The levels are PseudoLabelHook's, each clustered from the samples on its own, where HCSC's
+hierarchical k-means clusters each level's centroids into the next; prototype selection and
+HCSC's ProtoNCE term are not part of this detector (docs/methods.md).
 """
 import torch
 
