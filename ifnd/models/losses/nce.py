@@ -1,59 +1,14 @@
-"""Contrastive losses with pseudo-label aware false-negative handling: the equations the models run.
-
-One masked InfoNCE (:func:`masked_nce`) covers the three objectives of IFND (Chen et al., ICLR
-2022), by the treatment of the flagged false negatives:
-
-* ``None`` -- instance discrimination, Eq. ``eq:contrastive``: the positive of anchor ``i`` is
-  its other view ``i'``, every other candidate is a negative.
-* ``'elim'`` -- false-negative elimination, Eq. ``eq:elimination``: flagged candidates (those that
-  share the anchor's pseudo label, other than ``i'``) leave the denominator.
-* ``'attr'`` -- false-negative attraction, Eq. ``eq:attraction`` (SupCon's form): flagged
-  candidates join the positives; the denominator keeps every candidate.
-
-Pseudo labels come as ``[L, M]`` (``L`` clustering granularities); the loss is the average over
-levels. Samples whose pseudo label was not accepted must carry labels that match no other sample
-(e.g. ``-(index + 1)``), which makes them pure instance-discrimination samples.
-:func:`contrastive_loss` is the batch form of one process (SimCLR's 2M views); the models build
-their logits with :func:`candidate_logits` (SimCLR, over the gathered views) or
-:func:`queue_logits` (MoCo) and join detectors and treatments in
-:mod:`ifnd.models.false_negatives.treatment`.
-
-``proto_nce_loss`` is the prototype term of PCL's ProtoNCE, used by the PCL baselines.
-
-Other ways of handling false negatives, compared with IFND:
-
-* ``debiased_nce`` -- the debiased contrastive loss (Chuang et al., NeurIPS 2020), and with
-  β > 0 hard negative sampling (Robinson et al., ICLR 2021); on MoCo's queue
-  ``queue_debiased_loss``.
-
-The detectors' own arithmetic lives with them (FNC's selection from support views in
-``false_negatives/support_views.py``, the detection counts in ``false_negatives/detector.py``).
-"""
+"""The masked InfoNCE of IFND's three objectives (Eqs. 1, 3, 4) and its logits: SimCLR's candidate
+views, MoCo's queue."""
 from __future__ import annotations
 
-import math
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from ifnd.settings import check_number, check_temperature
+from ifnd.settings import check_temperature
 
-__all__ = [
-    'TREATMENTS',
-    'check_treatment',
-    'masked_nce',
-    'check_candidates',
-    'candidate_logits',
-    'batch_views',
-    'contrastive_loss',
-    'queue_logits',
-    'check_debiasing',
-    'debiased_nce',
-    'queue_debiased_loss',
-    'proto_nce_loss',
-]
 
 TREATMENTS = ('elim', 'attr')  # of the flagged false negatives; None: not treated (instance loss)
 
@@ -65,7 +20,7 @@ def check_treatment(treatment: Optional[str], owner: str = 'the model') -> None:
                          f'attraction of the flagged false negatives), got {treatment!r}')
 
 
-def _as_levels(labels: Optional[Tensor], length: int, name: str) -> Optional[Tensor]:
+def label_levels(labels: Optional[Tensor], length: int, name: str) -> Optional[Tensor]:
     """Return ``labels`` as ``[L, length]`` (``[length]`` becomes one level)."""
     if labels is None:
         return None
@@ -184,7 +139,7 @@ def contrastive_loss(z1: Tensor,
     Returns the mean over the 2M anchors, averaged over the label levels.
     """
     views, positive_index, self_index = batch_views(z1, z2)
-    view_labels = _as_levels(labels, z1.shape[0], 'labels')
+    view_labels = label_levels(labels, z1.shape[0], 'labels')
     check_treatment(treatment, 'contrastive_loss')
     check_candidates(views, views, positive_index, self_index, temperature)
     logits, excluded, positive_index = candidate_logits(views, views, positive_index, self_index,
@@ -256,104 +211,3 @@ class _QueueLogits(torch.autograd.Function):
         if writes:
             grad_q = grad_q + grad[:, slots] @ (old_rows - queue[slots])
         return grad_q, None, None
-
-
-def check_debiasing(tau_plus: float, beta: float, owner: str = 'the loss') -> None:
-    """Refuse a class prior τ⁺ outside [0, 1) or a negative hardness β, naming the fix."""
-    check_number(owner, 'tau_plus', tau_plus, low=0, high=1, high_open=True,
-                 hint='the class prior τ⁺, about 1 / number of classes (0 gives the uncorrected '
-                 'loss)')
-    check_number(owner, 'beta', beta, low=0, hint='the hardness β: 0 gives the debiased loss, '
-                 'larger values weight harder negatives more')
-
-
-def debiased_nce(pos_logits: Tensor,
-                 neg_logits: Tensor,
-                 temperature: float,
-                 tau_plus: float = 0.1,
-                 beta: float = 0.0,
-                 negatives: Optional[Tensor] = None) -> Tensor:
-    """Per-anchor debiased (β = 0) or hard-negative (β > 0) contrastive loss ``[A]`` from logits.
-
-    Chuang et al. (NeurIPS 2020) with the reweighting of Robinson et al. (ICLR 2021). The logits
-    are similarities / τ: ``pos_logits`` [A], ``neg_logits`` [A, C] of which ``negatives`` [A, C]
-    marks the N negatives of each row (all C when ``None``). With pos = exp(pos_logit),
-    neg_i = exp(neg_logit_i), imp_i = neg_i^β and R = N Σ imp_i·neg_i / Σ imp_i (R = Σ neg_i at
-    β = 0): Ng = max((R − τ⁺·N·pos) / (1 − τ⁺), N·e^(−1/τ)) and loss = −log(pos / (pos + Ng)).
-    Computed in log space (no exp of large logits); gradients flow through the weights imp_i, as
-    in the authors' code.
-    """
-    check_debiasing(tau_plus, beta)
-    check_temperature('the loss', temperature)
-    if neg_logits.ndim != 2 or pos_logits.shape != neg_logits.shape[:1]:
-        raise ValueError(f'pos_logits must be [A] and neg_logits [A, C], got '
-                         f'{tuple(pos_logits.shape)} and {tuple(neg_logits.shape)}')
-    if negatives is None:
-        masked = neg_logits
-        log_num = torch.full_like(pos_logits, math.log(neg_logits.shape[1]))
-    else:
-        masked = neg_logits.masked_fill(~negatives, float('-inf'))
-        log_num = negatives.sum(dim=1).to(neg_logits.dtype).log()
-    if beta == 0:
-        log_neg = torch.logsumexp(masked, dim=1)
-    else:
-        log_neg = (log_num + torch.logsumexp((beta + 1) * masked, dim=1)
-                   - torch.logsumexp(beta * masked, dim=1))
-    if tau_plus > 0:
-        # log(R − τ⁺·N·pos) where R is the larger; elsewhere the clamp below gives Ng. The inner
-        # where keeps log1p's argument above -1, so the unused branch has a finite gradient.
-        gap = math.log(tau_plus) + log_num + pos_logits - log_neg
-        below = gap < 0
-        corrected = log_neg + torch.log1p(-torch.exp(torch.where(below, gap, -1.0)))
-        log_neg = torch.where(below, corrected, float('-inf')) - math.log1p(-tau_plus)
-    log_ng = torch.maximum(log_neg, log_num - 1.0 / temperature)
-    return torch.logaddexp(pos_logits, log_ng) - pos_logits
-
-
-def queue_debiased_loss(q: Tensor,
-                        k: Tensor,
-                        queue: Tensor,
-                        temperature: float = 0.2,
-                        tau_plus: float = 0.01,
-                        beta: float = 0.0,
-                        overwritten: Optional[Tensor] = None) -> Tensor:
-    """Debiased / hard-negative loss on MoCo's queue (N = K negatives), mean over the M queries.
-
-    ``overwritten``: queue rows the caller's enqueue overwrites before the backward (see
-    :func:`queue_logits`).
-    """
-    pos, neg = queue_logits(q, k, queue, temperature, overwritten)
-    return debiased_nce(pos, neg, temperature, tau_plus, beta).mean()
-
-
-def proto_nce_loss(z: Tensor, centroids: Sequence[Tensor], assignments: Tensor,
-                   concentration: Sequence[Tensor]) -> Tensor:
-    """Prototype term of PCL's ProtoNCE, averaged over clustering levels.
-
-    For level ``l``: ``cross_entropy((z · c_jᵀ) / φ_j, assignment)`` over all prototypes, averaged
-    over samples whose assignment is >= 0 (others are not accepted and ignored; a level without
-    accepted samples contributes 0). ``z`` [M, D], ``centroids[l]`` [K_l, D],
-    ``assignments`` [L, M] (or [M]), ``concentration[l]`` [K_l].
-    """
-    if z.ndim != 2:
-        raise ValueError(f'z must be [M, D], got {tuple(z.shape)}')
-    assignments = _as_levels(assignments, z.shape[0], 'assignments')
-    levels = assignments.shape[0]
-    if len(centroids) != levels or len(concentration) != levels:
-        raise ValueError(f'got {levels} assignment levels, {len(centroids)} centroid sets and '
-                         f'{len(concentration)} concentration vectors; they must agree')
-    total = z.new_zeros(())
-    for level in range(levels):
-        cents, phi = centroids[level].to(z), concentration[level].to(z)
-        if cents.ndim != 2 or cents.shape[1] != z.shape[1] or phi.shape != (cents.shape[0], ):
-            raise ValueError(f'level {level}: centroids must be [K, {z.shape[1]}] and '
-                             f'concentration [K], got {tuple(cents.shape)} and {tuple(phi.shape)}')
-        target = assignments[level].to(z.device)
-        valid = target >= 0
-        logits = (z @ cents.t()) / phi.unsqueeze(0)
-        # Per-sample CE with rejected targets clamped to a valid id, then masked out: no
-        # data-dependent branching (and no device sync) when nothing is accepted.
-        per_sample = F.cross_entropy(logits, target.clamp(min=0), reduction='none')
-        per_sample = torch.where(valid, per_sample, torch.zeros_like(per_sample))
-        total = total + per_sample.sum() / valid.sum().clamp(min=1).to(z.dtype)
-    return total / levels
