@@ -1,10 +1,37 @@
-"""Config files read with one-line errors: syntax errors by file and line, ``_base_`` cycles, Python as YAML."""
+"""Config files read with one-line errors: syntax errors by file and line, ``_base_`` cycles, Python as YAML;
+read as :class:`RunConfig`, whose text is formatted once."""
 import ast
 import os.path as osp
 
 from mmengine.config import Config
 
 from ifnd.fileio import check_plain_file
+
+
+class RunConfig(Config):
+    """mmengine's Config whose ``pretty_text`` is formatted once for each content.
+
+    A run writes its config five times (the log, vis_data, the work dir's copy, the message hub, every
+    checkpoint), and mmengine formats the whole text with yapf each time: over a second of CPU for a
+    benchmark's config, most of what a short run does after its imports. The text follows from the
+    settings alone, so it is formatted again only when they have changed.
+    """
+
+    @property
+    def pretty_text(self) -> str:
+        key = (repr(self.to_dict()), self._format_python_code)
+        formatted = self.__dict__.get('_formatted')
+        if formatted is None or formatted[0] != key:
+            formatted = (key, super().pretty_text)
+            object.__setattr__(self, '_formatted', formatted)  # Config's own __setattr__ sets a setting
+        return formatted[1]
+
+
+def as_run_config(cfg: Config) -> RunConfig:
+    """The same config (settings, file, text) as a :class:`RunConfig`; copies keep the class."""
+    run = RunConfig.__new__(RunConfig)
+    run.__dict__.update(cfg.__dict__)
+    return run
 
 
 def _syntax_error_in(path: str, seen: set[str] | None = None) -> SyntaxError | None:
@@ -62,7 +89,7 @@ def _base_cycle(path: str, chain: tuple[str, ...] = ()) -> list[str] | None:
     return None
 
 
-def load_config(path: str) -> Config:
+def load_config(path: str) -> RunConfig:
     """``Config.fromfile`` with one-line errors: syntax errors by file and line, Python as YAML,
     ``_base_`` files that include each other."""
     check_plain_file(path, 'config file')  # a FIFO would never end a read
@@ -73,7 +100,7 @@ def load_config(path: str) -> Config:
         raise ValueError(f'config {path}: its _base_ files include each other ({names}); remove one '
                          'of these _base_ entries')
     try:
-        return Config.fromfile(path)
+        return as_run_config(Config.fromfile(path))
     except SyntaxError as err:
         found = _syntax_error_in(path) or err
         where = found.filename if found.filename not in (None, '<unknown>') else path
