@@ -22,10 +22,10 @@ HCSC's ProtoNCE term are not part of this detector (docs/methods.md).
 import torch
 
 from ifnd.registry import MODELS
-from ifnd.settings import check_number
+from ifnd.settings import check_number, check_seed
 
-from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
-from .label_bank import PseudoLabelBank
+from .detector import NegativeBatch
+from .label_bank import LabelBankDetector
 
 
 
@@ -84,10 +84,9 @@ def selection_probability(candidates: torch.Tensor, centroids: torch.Tensor,
 
 
 @MODELS.register_module()
-class HCSCSelection(FalseNegativeDetector):
+class HCSCSelection(LabelBankDetector):
     """Flags each negative with the probability it shares the anchor's cluster, per level."""
 
-    needs = DetectorNeeds(label_bank=True, sample_index=True)
 
     def __init__(self, selection_temperature: float = 0.2, concentration: bool = True,
                  floor: float = 0.001, seed: int = 0, acceptance: dict | None = None) -> None:
@@ -106,21 +105,7 @@ class HCSCSelection(FalseNegativeDetector):
         self.concentration = concentration
         self.floor = check_number(name, 'floor', floor, low=0, high=1, high_open=True,
                                   hint='the least drop probability (the authors: 0.001)')
-        self.seed = check_number(name, 'seed', seed, int, low=0, hint='the draws\' seed')
-        self._bank: tuple[PseudoLabelBank, ...] = ()  # the algorithm's; a tuple: not a child
-
-    def attach(self, bank: PseudoLabelBank) -> None:
-        """Read labels and centroids from ``bank`` (owned, saved and filled by the algorithm)."""
-        self._bank = (bank,)
-
-    @property
-    def bank(self) -> PseudoLabelBank:
-        """The label bank this detector reads."""
-        return self._bank[0]
-
-    @property
-    def levels(self) -> int:
-        return max(self.bank.num_levels, 1)
+        self.seed = check_seed(name, 'seed', seed)
 
     def level_concentration(self, level: int, k: int) -> torch.Tensor:
         """φ ``[k]`` of a level, rescaled to mean ``selection_temperature`` (uniform where the

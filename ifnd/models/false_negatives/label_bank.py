@@ -3,6 +3,7 @@ from typing import Sequence
 
 import torch
 
+from .detector import DetectorNeeds, FalseNegativeDetector
 from .sample_state import PerSampleState
 
 
@@ -85,3 +86,27 @@ class PseudoLabelBank(PerSampleState):
     def after_load(self) -> None:
         """Refresh the host-side copies from the loaded labels."""
         self._refresh_host_state()
+
+
+class LabelBankDetector(FalseNegativeDetector):
+    """Base of the detectors that read the algorithm's :class:`PseudoLabelBank` (IFND's, HCSC's),
+    handed over by ``attach``; their flags have one level per clustering level."""
+
+    needs = DetectorNeeds(label_bank=True, sample_index=True)
+
+    def __init__(self, acceptance: dict | None = None) -> None:
+        super().__init__(acceptance)
+        self._bank: tuple[PseudoLabelBank, ...] = ()  # the algorithm's; a tuple: not a child
+
+    def attach(self, bank: PseudoLabelBank) -> None:
+        """Read from ``bank`` (owned, saved and filled through the algorithm)."""
+        self._bank = (bank,)
+
+    @property
+    def bank(self) -> PseudoLabelBank:
+        """The label bank this detector reads."""
+        return self._bank[0]
+
+    @property
+    def levels(self) -> int:
+        return max(self.bank.num_levels, 1)

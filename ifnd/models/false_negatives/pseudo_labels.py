@@ -12,8 +12,8 @@ import torch
 from ifnd.settings import Bound
 from ifnd.registry import MODELS
 
-from .detector import DetectorNeeds, FalseNegativeDetector, NegativeBatch
-from .label_bank import PseudoLabelBank
+from .detector import NegativeBatch
+from .label_bank import LabelBankDetector
 from ifnd.settings import check_number
 
 
@@ -22,10 +22,8 @@ AGREEMENT = Bound(1, 64)
 
 
 @MODELS.register_module()
-class PseudoLabels(FalseNegativeDetector):
+class PseudoLabels(LabelBankDetector):
     """Flags the candidates whose pseudo label equals the anchor's, per clustering level."""
-
-    needs = DetectorNeeds(label_bank=True, sample_index=True)
 
     def __init__(self, agreement: Annotated[int, AGREEMENT] = 1) -> None:
         """``agreement``: flag a pair at a level only where its labels agree at this many levels or
@@ -34,21 +32,6 @@ class PseudoLabels(FalseNegativeDetector):
         self.agreement = check_number('PseudoLabels', 'agreement', agreement, int, low=AGREEMENT.low,
                                       high=AGREEMENT.high,
                                       hint='the levels whose labels must agree for a flag')
-        self._bank: tuple[PseudoLabelBank, ...] = ()  # the algorithm's; a tuple: not a child
-
-    def attach(self, bank: PseudoLabelBank) -> None:
-        """Read labels from ``bank`` (owned, saved and filled through the algorithm)."""
-        self._bank = (bank,)
-
-    @property
-    def bank(self) -> PseudoLabelBank:
-        """The label bank this detector reads."""
-        return self._bank[0]
-
-    @property
-    def levels(self) -> int:
-        return max(self.bank.num_levels, 1)
-
     def check_ready(self) -> None:
         """The bank's own lookup names the missing hook."""
 
