@@ -37,6 +37,13 @@ Presets:
   ``--previous`` each time; estimated, not measured (docs/false_negatives.md, "On a GPU slot").
   Refused without CUDA unless ``--dry-run`` or ``--rehearse`` (the same runs at toy size on the
   CPU).
+* ``vit``: the ViT protocol on a 2-core CPU in about an hour with ``--jobs 2``: SimCLR and MoCo
+  v3, IFND on each, SupCon, the schedule-matched oracle and HCSC, three seeds, with a ViT cut to
+  4 blocks 96 wide on 4-pixel patches of Fashion-MNIST (5 % of it, 12 epochs; AdamW lr chosen on
+  the val split; docs/false_negatives.md, "ViT protocol").
+* ``vit-gpu-slot``: one seed of SimCLR and MoCo v3 with and without IFND on all of Fashion-MNIST
+  with the configs' ViT-Tiny in one 8-minute GPU run (estimated, not measured); refused and
+  rehearsed as ``gpu-slot``.
 
 Any explicit option overrides its preset value. ``--previous FILE.json`` (repeatable) merges the
 runs of an earlier ``--out`` result for the methods and seeds not trained here into the tables,

@@ -12,7 +12,7 @@ from ifnd.settings import check_temperature
 
 from ..common import HelpFormatter
 from .merge import next_seed
-from .protocol import DATASETS, DEFAULTS, METHODS, PRESETS, REHEARSAL, REPO, method_option_texts
+from .protocol import DATASETS, DEFAULTS, METHODS, PRESETS, REPO, method_option_texts
 
 
 def _ints(text: str) -> list[int]:
@@ -23,13 +23,17 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu',
                         help="budget: 'cpu' (Fashion-MNIST, about 3 hours on 2 cores with --jobs "
                         "2), 'digits' (scikit-learn's digits, about 40 s a run on one thread), "
-                        "'gpu' (the configs' own settings) or 'gpu-slot' (one seed of 4 methods "
+                        "'gpu' (the configs' own settings), 'gpu-slot' (one seed of 4 methods "
                         'on all of Fashion-MNIST in 8 minutes of one GPU, the next seed each '
-                        'time); the options below override it')
+                        "time), 'vit' (the ViT protocol: Fashion-MNIST with a 4-block ViT on 2 "
+                        "cores, about an hour with --jobs 2) or 'vit-gpu-slot' (one seed of SimCLR "
+                        'and MoCo v3 with and without IFND, ViT-Tiny, 8 minutes of one GPU); the '
+                        'options below override it')
     parser.add_argument('--rehearse', action='store_true',
-                        help='train the preset\'s runs at toy size on the CPU (digits, 2 epochs, '
-                        'an eighth-width network, float32) to check the command before its GPU '
-                        'run; the options below still override')
+                        help='train the preset\'s runs at toy size on the CPU (2 epochs, float32; '
+                        'digits with an eighth-width ResNet, or 1%% of Fashion-MNIST with a '
+                        'one-block ViT) to check the command before its GPU run; the options '
+                        'below still override')
     parser.add_argument('--dataset', choices=sorted(DATASETS), default=None,
                         help="which configs to train (default: the preset's, fmnist or digits)")
     parser.add_argument('--methods', nargs='+', choices=tuple(METHODS), default=None,
@@ -60,6 +64,9 @@ def _add_data_budget(budget: argparse._ArgumentGroup) -> None:
                         help='ResNet stage widths, e.g. 32,64,128,256 (half width)')
     budget.add_argument('--channels-last', action=argparse.BooleanOptionalAction, default=None,
                         help='NHWC weights and inputs (faster bfloat16 convolutions on a GPU)')
+    budget.add_argument('--embed-dim', type=int, default=None, help='ViT width (token dimension)')
+    budget.add_argument('--depth', type=int, default=None, help='ViT blocks')
+    budget.add_argument('--num-heads', type=int, default=None, help='ViT attention heads')
     budget.add_argument('--neck-hidden', type=int, default=None,
                         help='hidden width of the projection head')
     budget.add_argument('--cluster-interval', type=int, default=None,
@@ -154,8 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                           if value is not None and key not in ('seeds', 'method_options')]
                          + method_option_texts(PRESETS[name]['method_options']))
     budget = parser.add_argument_group(
-        'budget', f"Unset options take the preset value: cpu: {preset('cpu')}; digits: "
-        f"{preset('digits')}; gpu-slot: {preset('gpu-slot')}; gpu keeps the configs.")
+        'budget', 'Unset options take the preset value: ' + '; '.join(
+            f'{name}: {preset(name)}' for name in PRESETS if name != 'gpu') +
+        '; gpu keeps the configs.')
     _add_data_budget(budget)
     _add_method_budget(budget)
     _add_tool_options(parser)
@@ -166,7 +174,8 @@ def _apply_preset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     """Fill unset options from the preset; merge ``--method-options`` over the preset's."""
     given = args.method_options or []
     args.method_options = None
-    for values in (REHEARSAL if args.rehearse else {}, PRESETS[args.preset], DEFAULTS):
+    rehearsal = DATASETS[args.dataset or PRESETS[args.preset]['dataset']].rehearsal
+    for values in (rehearsal if args.rehearse else {}, PRESETS[args.preset], DEFAULTS):
         for key, value in values.items():
             if getattr(args, key, None) is None:
                 setattr(args, key, value)
@@ -198,7 +207,7 @@ def _check_ranges(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit >= 0):
         parser.error(f'--time-limit must be a finite number of seconds >= 0 (0: no limit), got {args.time_limit}')
     for name in ('batch_size', 'cluster_interval', 'knn_interval', 'nredo', 'jobs',
-                 'neck_hidden'):
+                 'neck_hidden', 'embed_dim', 'depth', 'num_heads'):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f'--{name.replace("_", "-")} must be >= 1')

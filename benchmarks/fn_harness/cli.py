@@ -13,7 +13,7 @@ from ..common import report_results
 from .arguments import parse_args
 from .merge import check_previous, merge
 from .plan import load_config, make_plans, training_data
-from .protocol import METHODS
+from .protocol import METHODS, SLOT_PRESETS
 from .report import markdown_tables, plot
 from .results import collect
 from .running import TimeLimit, run_plan, training_device
@@ -27,13 +27,13 @@ _NOT_SETTINGS = ('out', 'plot', 'python', 'dry_run', 'skip_train', 'verbose', 'r
 
 
 def _check_gpu_slot(args: argparse.Namespace, device: str) -> None:
-    """Refuse the gpu-slot preset where it cannot train, before any run starts: a slot is short."""
-    if args.preset != 'gpu-slot' or args.dry_run or args.skip_train:
+    """Refuse a GPU-slot preset where it cannot train, before any run starts: a slot is short."""
+    if args.preset not in SLOT_PRESETS or args.dry_run or args.skip_train:
         return
     if device.startswith('CPU') and not args.rehearse:
-        raise SystemExit('error: --preset gpu-slot is sized for 8 minutes of one GPU and no CUDA '
-                         'device is here: add --dry-run to print its commands, or --rehearse to '
-                         'train it at toy size on this CPU')
+        raise SystemExit(f'error: --preset {args.preset} is sized for 8 minutes of one GPU and no '
+                         'CUDA device is here: add --dry-run to print its commands, or --rehearse '
+                         'to train it at toy size on this CPU')
     try:  # the images must be on this machine: a GPU machine may not reach the internet
         training_data(load_config(getattr(args, f'{args.methods[0]}_config')))
     except (OSError, ValueError) as err:

@@ -156,6 +156,10 @@ def cfg_options(method: str, cfg, args: argparse.Namespace, seed: int | None = N
     return as_cli(opts) + list(args.cfg_options)
 
 
+# The ViT sizes a budget may set (ViTBackbone's arguments).
+VIT_SIZES = ('embed_dim', 'depth', 'num_heads')
+
+
 def backbone_options(args: argparse.Namespace) -> dict:
     """Backbone overrides shared by pre-training and the linear probe (its weights must fit)."""
     opts: dict[str, object] = {}
@@ -167,6 +171,9 @@ def backbone_options(args: argparse.Namespace) -> dict:
         opts['model.backbone.channels'] = tuple(args.channels)
     if args.channels_last is not None:
         opts['model.backbone.channels_last'] = args.channels_last
+    for name in VIT_SIZES:
+        if getattr(args, name, None) is not None:
+            opts[f'model.backbone.{name}'] = getattr(args, name)
     return opts
 
 
@@ -208,7 +215,7 @@ def linear_options(cfg, pretrain_cfg, checkpoint: str, args: argparse.Namespace,
     """The ``--cfg-options`` of the linear probe of one pre-trained checkpoint."""
     opts: dict[str, object] = {'model.pretrained': checkpoint, 'randomness.seed': seed}
     backbone = backbone_options(args)
-    for name in ('model_name', 'cifar_stem', 'channels'):
+    for name in ('model_name', 'cifar_stem', 'channels', *VIT_SIZES):
         # The probe's backbone must be the pre-trained one: take what the budget leaves alone
         # from the pre-training config.
         value = pretrain_cfg.model.backbone.get(name)

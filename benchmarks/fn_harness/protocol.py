@@ -12,12 +12,29 @@ from typing import Mapping
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
+# --rehearse: a preset's runs at toy size on the CPU (digits, 2 epochs, an eighth-width network,
+# float32) to check a command end to end before its GPU slot: the second epoch trains on the
+# first round's labels. Start-up is most of its 1-2 minutes on 2 cores.
+REHEARSAL = dict(dataset='digits', epochs=2, batch_size=64, channels='8,16,32,64',
+                 neck_hidden=64, knn_interval=1, cluster_interval=1, nredo=1, linear_epochs=3,
+                 amp=False)
+# The ViT protocol's rehearsal: its own data set (the ViT is sized for 28 pixels), a 1% subset,
+# a one-block ViT 32 wide.
+VIT_REHEARSAL = dict(epochs=2, subset=0.01, batch_size=64, embed_dim=32, depth=1, num_heads=2,
+                     neck_hidden=64, knn_interval=1, cluster_interval=1, nredo=1,
+                     val_fraction=0.05, num_clusters=[5, 10], linear_epochs=1, amp=False)
+
+
 @dataclass(frozen=True)
 class Dataset:
-    """A data set's recipe: the ending of its methods' config names and its linear probe's config."""
+    """A data set's recipe: the ending of its methods' config names and its linear probe's config.
+
+    ``rehearsal``: the toy-size settings of ``--rehearse`` for this recipe's presets.
+    """
 
     recipe: str
     linear: str
+    rehearsal: Mapping[str, object] = field(default_factory=lambda: REHEARSAL)
 
 
 # One recipe per data set, shared by its methods' configs (configs/<folder>/<method>_<recipe>.py).
@@ -26,9 +43,14 @@ DATASETS = {
     **{name: Dataset(f'r50_1000e_{name}', f'configs/benchmarks/linear/linear_r50_100e_{name}.py')
        for name in ('cifar10', 'cifar100')},
     'digits': Dataset('r18_8e_digits', 'configs/benchmarks/linear/linear_r18_100e_digits.py'),
+    # The ViT protocol: Fashion-MNIST with ViT-Tiny cut to 4-pixel patches (its presets shrink it).
+    'fmnist_vit': Dataset('vit-tiny-p4_200e_fmnist',
+                          'configs/benchmarks/linear/linear_vit-tiny-p4_100e_fmnist.py',
+                          rehearsal=VIT_REHEARSAL),
 }
-ALL_DATASETS = tuple(DATASETS)
+ALL_DATASETS = ('fmnist', 'cifar10', 'cifar100', 'digits')  # the ResNet recipes
 SMALL_DATASETS = ('fmnist', 'digits')
+VIT_DATASETS = ('fmnist_vit',)
 
 
 @dataclass(frozen=True)
@@ -70,9 +92,10 @@ class Method:
 _GLOFND_CPU = {'model.detector.start_epoch': 10, 'model.detector.lr': 0.1, 'model.detector.alpha': 0.05}
 _GLOFND_DIGITS = {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3, 'model.detector.lr': 0.1}
 
-# HCSC's warm-up is a tenth of the run (20 of 200 epochs): 3 of the cpu budget's 30 (its config's 1
-# of 8 on digits already is).
+# HCSC's warm-up is a tenth of the run (20 of 200 epochs): 3 of the cpu budget's 30, 1 of the vit
+# budget's 12 (its config's 1 of 8 on digits already is).
 _HCSC_CPU = {'custom_hooks.0.acceptance.step_epoch': 3}
+_HCSC_VIT = {'custom_hooks.0.acceptance.step_epoch': 1}
 
 
 def _hard(beta_cpu: float, beta_digits: float) -> dict:
@@ -82,10 +105,15 @@ def _hard(beta_cpu: float, beta_digits: float) -> dict:
 
 # The methods, in the tables' order.
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method('simclr', 'SimCLR', 'instance labels', 'simclr', ALL_DATASETS, known_rates=(0.0, 100.0)),
-    Method('ifnd', 'IFND', 'pseudo labels (k-means)', 'ifnd', ALL_DATASETS, flags=True,
-           clusters=True),
-    Method('supcon', 'SupCon', 'ground truth, attraction', 'ifnd', ALL_DATASETS,
+    Method('simclr', 'SimCLR', 'instance labels', 'simclr', ALL_DATASETS + VIT_DATASETS,
+           known_rates=(0.0, 100.0)),
+    Method('mocov3', 'MoCo v3', 'instance labels, momentum keys', 'mocov3', VIT_DATASETS,
+           known_rates=(0.0, 100.0)),
+    Method('ifnd', 'IFND', 'pseudo labels (k-means)', 'ifnd', ALL_DATASETS + VIT_DATASETS,
+           flags=True, clusters=True),
+    Method('ifnd_mocov3', 'IFND on MoCo v3', 'pseudo labels (k-means), momentum keys', 'ifnd',
+           VIT_DATASETS, flags=True, clusters=True),
+    Method('supcon', 'SupCon', 'ground truth, attraction', 'ifnd', ALL_DATASETS + VIT_DATASETS,
            known_rates=(100.0, 100.0)),
     Method('oracle_elim', 'Oracle-elim', 'ground truth, elimination', 'ifnd', ALL_DATASETS,
            known_rates=(100.0, 100.0)),
@@ -111,7 +139,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                     'digits': {'model.detector.alpha': 0.1, 'model.detector.start_epoch': 3,
                                'model.detector.lr': 0.1, 'model.weighting.beta': 1.0}}),
     Method('oracle_elim_linear', 'Oracle-elim, linear',
-           "ground truth accepted on IFND's linear schedule, elimination", 'ifnd', flags=True),
+           "ground truth accepted on IFND's linear schedule, elimination", 'ifnd',
+           SMALL_DATASETS + VIT_DATASETS, flags=True),
     Method('ifnd_confident', 'IFND, confident labels',
            'pseudo labels accepted by confidence, flagged where two levels agree', 'ifnd',
            flags=True, clusters=True),
@@ -119,8 +148,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            'confident pseudo labels, elimination; the rest reweighted by hardness', 'ifnd',
            flags=True, clusters=True, options=_hard(2.0, 1.0)),
     Method('hcsc', 'HCSC', 'k-means prototypes; negatives dropped at random by cluster '
-           'probability, elimination', 'hcsc', flags=True, clusters=True,
-           options={'cpu': _HCSC_CPU}),
+           'probability, elimination', 'hcsc', SMALL_DATASETS + VIT_DATASETS, flags=True,
+           clusters=True, options={'cpu': _HCSC_CPU, 'vit': _HCSC_VIT}),
 )}
 # The two ends of the gap, instance labels and the supervised oracle: every other method's share of
 # the SimCLR -> SupCon gap is reported.
@@ -133,7 +162,8 @@ DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
 CONTRASTS = (('ifnd_confident', 'ifnd'), ('ifnd_confident', 'oracle_elim_linear'),
              ('ifnd_confident_hard', 'ifnd_hard'), ('ifnd_confident_hard', 'hard_negative'),
              ('oracle_elim', 'oracle_elim_linear'), ('oracle_elim_linear', 'ifnd'),
-             ('ifnd_hard', 'hard_negative'), ('glofnd', 'ifnd'))
+             ('ifnd_hard', 'hard_negative'), ('glofnd', 'ifnd'), ('hcsc', 'ifnd'),
+             ('ifnd_mocov3', 'mocov3'))
 
 
 def own_options(preset: str) -> dict[str, dict]:
@@ -186,12 +216,31 @@ PRESETS = {
                      temperature=0.2, num_clusters=None, final_rate=None, nredo=2,
                      linear_epochs=10, seeds=None, method_options={}, amp=True,
                      augment_on='device', channels_last=True, jobs=4, time_limit=480.0),
+    # The ViT protocol on 2 cores: 3,000 images (5% of Fashion-MNIST's training split), 12 epochs of
+    # a ViT cut to 4 blocks 96 wide (3 heads, 4-pixel patches: 49 tokens and the class token),
+    # views made in batches on the CPU, two runs at a time. AdamW lr 1e-3 at batch 128, chosen on
+    # the val split over 5e-4, 1e-3 and 2e-3 (docs/false_negatives.md, "ViT protocol").
+    'vit': dict(dataset='fmnist_vit', epochs=12, subset=0.05, batch_size=128, embed_dim=96,
+                depth=4, num_heads=3, neck_hidden=256, cluster_interval=2, knn_interval=6,
+                val_fraction=1.0, lr=1e-3, warmup_epochs=1, num_workers=0, augment_on='device',
+                temperature=0.2, num_clusters=None, final_rate=None, nredo=2, linear_epochs=10,
+                seeds=[0, 1, 2], method_options=own_options('vit'), jobs=2),
+    # One seed of SimCLR and MoCo v3, each with and without IFND, with the configs' ViT-Tiny
+    # (12 blocks, 192 wide, 4-pixel patches) on all 60,000 images in one 8-minute GPU run, bfloat16,
+    # views on the GPU, not compiled; the configs' lr 5e-4 at batch 256. Time on one H100,
+    # estimated, not measured: ~35k views/s forward and backward at 50 tokens, so an epoch is
+    # ~3.5 s (SimCLR) to ~4.5 s (MoCo v3's extra key forward) a method: 10 epochs of four ~160 s,
+    # start-up 30 s, kNN twice ~20 s, IFND's 20 clustering rounds ~60 s, the probes ~60 s: ~5.5
+    # of 8 minutes.
+    'vit-gpu-slot': dict(dataset='fmnist_vit', methods=['simclr', 'ifnd', 'mocov3', 'ifnd_mocov3'],
+                         epochs=10, subset=1.0, batch_size=256, neck_hidden=None,
+                         cluster_interval=1, knn_interval=5, val_fraction=1.0, lr=5e-4,
+                         warmup_epochs=1, num_workers=0, temperature=0.2, num_clusters=None,
+                         final_rate=None, nredo=2, linear_epochs=10, seeds=None,
+                         method_options={}, amp=True, augment_on='device', jobs=4,
+                         time_limit=480.0),
 }
-# --rehearse: a preset's runs at toy size on the CPU (digits, 2 epochs, an eighth-width network,
-# float32) to check a command end to end before its GPU slot: the second epoch trains on the
-# first round's labels. Start-up is most of its 1-2 minutes on 2 cores.
-REHEARSAL = dict(dataset='digits', epochs=2, batch_size=64, channels='8,16,32,64',
-                 neck_hidden=64, knn_interval=1, cluster_interval=1, nredo=1, linear_epochs=3,
-                 amp=False)
+# The presets sized for one 8-minute GPU run (refused without CUDA unless rehearsed or dry).
+SLOT_PRESETS = ('gpu-slot', 'vit-gpu-slot')
 # Defaults of the options a preset may leave unset.
 DEFAULTS = dict(amp=False, jobs=1)

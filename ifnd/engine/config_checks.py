@@ -140,7 +140,7 @@ RUNNER_CONFIG_KEYS = ('runner_type', 'custom_imports', 'model_wrapper_cfg', 'fin
 # they are data here, not derived from signatures as the keys under a `type` are.
 SHARED_CONFIG_KEYS = ('data_root', 'data', 'mean', 'std', 'view', 'train_pipeline', 'eval_pipeline',
                       'val_dataset', 'knn_hook', 'pseudo_label_hook', 'fn_detection_hook',
-                      'support_views', 'glofnd', 'vis_backends')
+                      'support_views', 'glofnd', 'vit_tiny_p4', 'vis_backends')
 
 
 def check_top_level_keys(cfg: Config) -> None:
