@@ -54,3 +54,38 @@ def fake_cifar(root, n_per_batch=4, num_classes=10):
             pickle.dump(entry, f)
     with open(folder / meta, 'wb') as f:
         pickle.dump({names_key: [f'class{i}' for i in range(num_classes)]}, f)
+
+
+def voc_targets(rng: np.random.Generator, num: int) -> np.ndarray:
+    """VOC07 labels ``[num, 20]`` (1 positive, -1 negative, 0 difficult), each class with at least
+    3 positives and 3 negatives (3-fold CV needs them)."""
+    targets = rng.choice(np.array([1, -1, 0], dtype=np.int8), size=(num, 20), p=[0.3, 0.55, 0.15])
+    for c in range(20):
+        targets[rng.choice(num, 3, replace=False), c] = 1
+        targets[rng.choice(np.flatnonzero(targets[:, c] != 1), 3, replace=False), c] = -1
+    return targets
+
+
+def fake_vocdevkit(root, rng: np.random.Generator, num_trainval: int, num_test: int):
+    """VOCdevkit/VOC2007 under ``root`` with tiny JPEGs whose colour depends a little on their
+    classes; returns the VOCdevkit folder and each split's (image ids, targets)."""
+    from ifnd.datasets import VOC_CLASSES
+    voc = root / 'VOCdevkit' / 'VOC2007'
+    (voc / 'ImageSets' / 'Main').mkdir(parents=True)
+    (voc / 'JPEGImages').mkdir()
+    palette = rng.integers(0, 256, (20, 3))
+    splits = {}
+    start = 1
+    for split, num in (('trainval', num_trainval), ('test', num_test)):
+        ids = [f'{i:06d}' for i in range(start, start + num)]
+        start += num
+        targets = voc_targets(rng, num)
+        for c, name in enumerate(VOC_CLASSES):
+            with open(voc / 'ImageSets' / 'Main' / f'{name}_{split}.txt', 'w') as f:
+                f.writelines(f'{i} {int(t):2d}\n' for i, t in zip(ids, targets[:, c]))
+        for i, row in zip(ids, targets):
+            colour = palette[row == 1].mean(axis=0)
+            pixels = np.clip(colour + rng.normal(0, 40, (36, 40, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(voc / 'JPEGImages' / f'{i}.jpg', quality=90)
+        splits[split] = (ids, targets)
+    return str(root / 'VOCdevkit'), splits

@@ -2,6 +2,7 @@
 import copy
 import os
 import os.path as osp
+import re
 import socket
 import sys
 
@@ -96,6 +97,23 @@ def digits_config(work_dir: str, model: dict, max_epochs: int = 2, pseudo_labels
         env_cfg=dict(cudnn_benchmark=False, dist_cfg=dict(backend='gloo')),
         log_level='WARNING', **overrides))
     return cfg
+
+
+def layer_decay_factors(names, rate: float, depth: int, vit: str = 'backbone.model.') -> dict:
+    """Each parameter's layer-wise lr factor, written out from its name as BEiT and MAE give it:
+    the ViT under ``vit`` with blocks 0..depth-1 has block i at rate^(depth - i), its patch
+    embedding and tokens at rate^(depth + 1), its final norm and everything else at 1."""
+    factors = {}
+    for name in names:
+        inner = name[len(vit):] if name.startswith(vit) else ''
+        block = re.match(r'blocks\.(\d+)\.', inner)
+        if block:
+            factors[name] = rate ** (depth - int(block.group(1)))
+        elif re.match(r'(patch_embed\.|cls_token$|pos_embed$)', inner):
+            factors[name] = rate ** (depth + 1)
+        else:
+            factors[name] = 1.0
+    return factors
 
 
 def load_tool(name: str):

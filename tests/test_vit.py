@@ -1,18 +1,22 @@
 """Vision Transformers through timm: pooling and the frozen patch projection as config keys, the
 ViT optimiser settings, the checkpoint reader's allow-list, and a tiny ViT trained through
-tools/train.py whose checkpoint the evaluation entry points read with no extra flag."""
+tools/train.py whose checkpoint every evaluation entry point reads with no architecture flag (kNN,
+linear, semi-supervised fine-tuning, VOC07 SVMs, the analysis tools)."""
 import copy
 import os.path as osp
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
-from helpers import CONFIG_DIR, digits_config, load_tool, train_tool
+from fake_data import fake_vocdevkit
+from helpers import CONFIG_DIR, digits_config, layer_decay_factors, load_tool, train_tool
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 
 from ifnd.fileio import config_to_data, read_checkpoint
-from ifnd.registry import MODELS
+from ifnd.registry import MODELS, RUNNERS
 
 TINY_VIT = dict(type='ViTBackbone', model_name='vit_tiny_patch16_224', img_size=16, patch_size=4,
                 embed_dim=32, depth=2, num_heads=2, frozen_patch_embed=True)
@@ -153,20 +157,32 @@ def test_a_vit_checkpoint_config_keeps_its_architecture(monkeypatch):
         assert f'model.backbone.{key}={value!r} {why}' in lines[-1]
 
 
-def test_a_trained_vit_reads_back_in_every_evaluation_entry_point(tmp_path):
-    """MoCo v3 with a tiny ViT, 1 epoch through tools/train.py, then tools/knn_eval.py, the linear
-    classifier and the feature-model loader on its checkpoint, with no architecture flag."""
-    from ifnd.evaluation.analysis import load_feature_model
-    cfg = digits_config(str(tmp_path / 'run'), dict(type='MoCoV3'), max_epochs=1)
+@pytest.fixture(scope='module')
+def trained_vit(tmp_path_factory):
+    """MoCo v3 with a tiny ViT, 1 epoch on a tenth of digits through tools/train.py: the checkpoint,
+    the config file (its data: the analysis tools' --config), the config and the checkpoint's content.
+
+    Trained once for every reader below: each reads it with no architecture flag."""
+    root = tmp_path_factory.mktemp('vit')
+    init_default_scope('ifnd')
+    eval_view = dict(type='EvalView', size=16)
+    cfg = digits_config(str(root / 'run'), dict(type='MoCoV3'), max_epochs=1, eval_pipeline=eval_view,
+                        val_dataset=dict(type='Digits', split='test', pipeline=eval_view))
     for key in ('backbone', 'neck', 'predictor'):
         cfg.model[key] = copy.deepcopy(MOCOV3[key])
     cfg.model.update(temperature=0.2, momentum=0.99)
     cfg.train_dataloader.dataset.subset_fraction = 0.1
-    path = str(tmp_path / 'cfg.py')
+    path = str(root / 'cfg.py')
     cfg.dump(path)
     train_tool.main([path])
-    ckpt = str(tmp_path / 'run' / 'epoch_1.pth')
-    state = read_checkpoint(ckpt)
+    ckpt = str(root / 'run' / 'epoch_1.pth')
+    return SimpleNamespace(ckpt=ckpt, config=path, cfg=cfg, state=read_checkpoint(ckpt))
+
+
+def test_a_trained_vit_reads_back_in_every_evaluation_entry_point(trained_vit):
+    """tools/knn_eval.py, the linear classifier and the feature-model loader."""
+    from ifnd.evaluation.analysis import load_feature_model
+    ckpt, cfg, state = trained_vit.ckpt, trained_vit.cfg, trained_vit.state
     assert state['meta']['cfg']['model']['backbone']['type'] == 'ViTBackbone'
 
     result = load_tool('knn_eval').main([
@@ -182,10 +198,86 @@ def test_a_trained_vit_reads_back_in_every_evaluation_entry_point(tmp_path):
     classifier.eval()
     with torch.no_grad():
         torch.testing.assert_close(classifier.backbone(X), trained.extract_feat(X), rtol=0, atol=0)
-    loaded = load_feature_model(ckpt, 'z', path)
+    loaded = load_feature_model(ckpt, 'z', trained_vit.config)
     assert type(loaded.model).__name__ == 'MoCoV3'
     loaded.model.eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded.model.clustering_features(X, 'z'),
                                    trained.clustering_features(X, 'z'), rtol=0, atol=0)
     assert config_to_data(cfg)['model']['backbone']['frozen_patch_embed'] is True
+
+
+def _semi_vit_on_digits(work_dir: str, pretrained: str) -> Config:
+    """The ViT semi-supervised config on a tenth of digits at 16 pixels: the data swapped, the recipe
+    (layer-wise lr decay included) and the configured backbone kept."""
+    cfg = Config.fromfile(osp.join(CONFIG_DIR, 'benchmarks', 'semi', 'semi_vit-tiny-p4_20e_fmnist_10pct.py'))
+    loader = dict(num_workers=0, persistent_workers=False, batch_size=32,
+                  collate_fn=dict(type='default_collate'))
+    view = dict(type='ContrastiveView', size=16, scale=(0.5, 1.0), jitter_p=0.0, grayscale_p=0.0,
+                flip=False)
+    cfg.train_dataloader = dict(cfg.train_dataloader, **loader, dataset=dict(
+        type='Digits', split='train', pipeline=view, subset_fraction=0.1, subset_seed=0))
+    cfg.val_dataloader = dict(cfg.val_dataloader, **loader, dataset=dict(
+        type='Digits', split='test', subset_fraction=0.2, pipeline=dict(type='EvalView', size=16)))
+    cfg.test_dataloader = cfg.val_dataloader
+    cfg.model.pretrained = pretrained
+    cfg.model.data_preprocessor = dict(type='ContrastiveDataPreprocessor', mean=(0.2,) * 3, std=(0.3,) * 3)
+    cfg.merge_from_dict(dict(
+        work_dir=work_dir, train_cfg=dict(max_epochs=1, val_interval=1),
+        default_hooks=dict(logger=dict(interval=1), checkpoint=dict(interval=1)),
+        visualizer=dict(type='Visualizer', vis_backends=[dict(type='LocalVisBackend')]),
+        env_cfg=dict(cudnn_benchmark=False, dist_cfg=dict(backend='gloo')), log_level='WARNING'))
+    return cfg
+
+
+def test_a_trained_vit_fine_tunes_semi_supervised_with_layer_decay(trained_vit, tmp_path):
+    """The semi-supervised protocol: the ImageClassifier with frozen=False takes the checkpoint's ViT
+    (the config's 28-pixel ViT-Tiny does not fit it) and fine-tunes it, each layer at its lr."""
+    from ifnd.engine.features import unwrap_model
+    torch.manual_seed(0)
+    runner = RUNNERS.build(_semi_vit_on_digits(str(tmp_path), trained_vit.ckpt))
+    runner.train()
+    model = unwrap_model(runner.model)
+    assert type(model.backbone).__name__ == 'ViTBackbone' and len(model.backbone.model.blocks) == 2
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = {names[id(p)]: g for g in runner.optim_wrapper.optimizer.param_groups for p in g['params']}
+    assert set(groups) == {n for n, p in model.named_parameters() if p.requires_grad}
+    factors = layer_decay_factors(groups, 0.75, 2)
+    for name, group in groups.items():
+        assert group['initial_lr'] == pytest.approx(5e-4 * factors[name]), name
+    # The warm-up moved every group's lr by one factor: the layers' ratios hold through the schedule.
+    assert len({round(g['lr'] / g['initial_lr'], 12) for g in groups.values()}) == 1
+    before = trained_vit.state['state_dict']
+    after = model.backbone.model.state_dict()
+    for key in ('blocks.0.attn.qkv.weight', 'blocks.1.mlp.fc2.weight', 'cls_token'):
+        assert not torch.equal(after[key], before[f'backbone.model.{key}']), key
+    assert 0 < runner.message_hub.get_scalar('val/top1').current() <= 100
+
+
+def test_a_trained_vit_in_voc07_svm(trained_vit, tmp_path):
+    """tools/voc07_svm.py crops to the ViT's input size unless told, and refuses another size."""
+    data_root, _ = fake_vocdevkit(tmp_path, np.random.default_rng(0), 36, 24)
+    argv = [trained_vit.ckpt, '--data-root', data_root, '--costs', '1', '--batch-size', '16',
+            '--num-workers', '0', '--jobs', '1', '--device', 'cpu']
+    tool = load_tool('voc07_svm')
+    result = tool.main(argv)
+    assert result['size'] == 16 and result['feature_dim'] == 32
+    assert 0 <= result['map_cv']['all-point'] <= 100 and result['num_test'] == 24
+    with pytest.raises(SystemExit, match=r'--size 32: .* takes 16-pixel images only .* --size 16'):
+        tool.main([*argv, '--size', '32'])
+
+
+def test_a_trained_vit_in_the_analysis_tools(trained_vit, tmp_path):
+    """tools/analysis/cluster_table.py and plot_embeddings.py on both features (the checkpoint's
+    architecture, the data of --config)."""
+    ckpt, config = trained_vit.ckpt, trained_vit.config
+    for feature, dim in (('f', 32), ('z', 16)):
+        (row,) = load_tool('analysis/cluster_table').main([
+            ckpt, '--config', config, '--feature', feature, '--runs', '1', '--num-workers', '0',
+            '--device', 'cpu', '--out', str(tmp_path / f'{feature}.md')])
+        assert row['feature'] == f'{feature} ({dim}-d)' and 0 <= row['nmi_mean'] <= 100, row
+        out = tmp_path / f'{feature}.png'
+        result = load_tool('analysis/plot_embeddings').main([
+            ckpt, '--config', config, '--feature', feature, '--out', str(out), '--num-points', '60',
+            '--tsne-iter', '250', '--num-workers', '0', '--threads', '1'])
+        assert result['coords'].shape == (60, 2) and out.stat().st_size > 5_000

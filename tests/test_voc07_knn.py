@@ -8,6 +8,7 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
+from fake_data import fake_vocdevkit
 from helpers import TINY_BACKBONE, digits_config
 from sklearn.metrics import average_precision_score
 from sklearn.model_selection import cross_val_score
@@ -85,43 +86,11 @@ def _tiny_checkpoint(path):
     return str(path)
 
 
-def _voc_targets(rng, num):
-    targets = rng.choice(np.array([1, -1, 0], dtype=np.int8), size=(num, 20), p=[0.3, 0.55, 0.15])
-    for c in range(20):  # 3-fold CV needs 3 positives and 3 negatives of every class
-        targets[rng.choice(num, 3, replace=False), c] = 1
-        targets[rng.choice(np.flatnonzero(targets[:, c] != 1), 3, replace=False), c] = -1
-    return targets
-
-
-def _write_vocdevkit(root, rng):
-    """VOCdevkit/VOC2007 with tiny JPEGs whose colour depends a little on their classes."""
-    from PIL import Image
-    voc = root / 'VOCdevkit' / 'VOC2007'
-    (voc / 'ImageSets' / 'Main').mkdir(parents=True)
-    (voc / 'JPEGImages').mkdir()
-    palette = rng.integers(0, 256, (20, 3))
-    splits = {}
-    start = 1
-    for split, num in (('trainval', NUM_TRAINVAL), ('test', NUM_TEST)):
-        ids = [f'{i:06d}' for i in range(start, start + num)]
-        start += num
-        targets = _voc_targets(rng, num)
-        for c, name in enumerate(VOC_CLASSES):
-            with open(voc / 'ImageSets' / 'Main' / f'{name}_{split}.txt', 'w') as f:
-                f.writelines(f'{i} {int(t):2d}\n' for i, t in zip(ids, targets[:, c]))
-        for i, row in zip(ids, targets):
-            colour = palette[row == 1].mean(axis=0)
-            pixels = np.clip(colour + rng.normal(0, 40, (36, 40, 3)), 0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(voc / 'JPEGImages' / f'{i}.jpg', quality=90)
-        splits[split] = (ids, targets)
-    return str(root / 'VOCdevkit'), splits
-
-
 @pytest.fixture(scope='module')
 def voc_run(tmp_path_factory):
     """The VOC07 tool run once, from its command line, on a generated VOCdevkit."""
     root = tmp_path_factory.mktemp('voc')
-    data_root, splits = _write_vocdevkit(root, np.random.default_rng(0))
+    data_root, splits = fake_vocdevkit(root, np.random.default_rng(0), NUM_TRAINVAL, NUM_TEST)
     ckpt = _tiny_checkpoint(root / 'tiny.pth')
     out = root / 'out' / 'voc07.json'
     argv = [ckpt, '--data-root', data_root, '--costs', *map(str, COSTS), '--size', '32', '--batch-size', '16',

@@ -3,7 +3,6 @@ import argparse
 import os.path as osp
 import time
 
-
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
 from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
@@ -11,9 +10,20 @@ from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_argumen
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
 from ifnd.fileio import write_json
-from ifnd.models.encoder import load_encoder
+from ifnd.models.encoder import Encoder, load_encoder
 
 HEADLINE_AP = 'all-point'
+DEFAULT_SIZE = 224
+
+
+def crop_size(encoder: Encoder, size: int | None, checkpoint: str) -> int:
+    """The centre-crop size: ``size``, else the backbone's own; refused where the backbone takes another."""
+    required = encoder.backbone.input_size
+    if size is not None and required is not None and size != required:
+        raise SystemExit(f'error: --size {size}: {checkpoint} holds a network that takes {required}-pixel '
+                         f'images only (a ViT\'s position embedding fixes its input size); leave --size '
+                         f'out or pass --size {required}')
+    return size if size is not None else required or DEFAULT_SIZE
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,7 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="difficult trainval images as negatives (the benchmark's full-data script, "
                         "default) or left out")
     add_encoder_arguments(parser)
-    parser.add_argument('--size', type=int, default=224, help='centre-crop size (default: 224)')
+    parser.add_argument('--size', type=int, help='centre-crop size (default: the input size of a '
+                        f'ViT, whose position embedding fixes it, else {DEFAULT_SIZE})')
     parser.add_argument('--resize', type=int, help='shorter side before the crop (default: size / 0.875 '
                         'for crops of 96 pixels or more, else size)')
     add_extraction_arguments(parser, batch_size=64, num_workers=4)
@@ -72,7 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     with input_errors_as_messages():  # a checkpoint that cannot be used: one line, before any data
         encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
-    pipeline = EvalView(args.size, args.resize)
+    size = crop_size(encoder, args.size, args.checkpoint)
+    pipeline = EvalView(size, args.resize)
     trainval = VOC07(args.data_root, 'trainval', pipeline=pipeline)
     test = VOC07(args.data_root, 'test', pipeline=pipeline)
     kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers)
@@ -89,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     svm_s = time.perf_counter() - start
     result.update(checkpoint=osp.abspath(args.checkpoint), data_root=osp.abspath(args.data_root),
                   num_trainval=len(trainval), num_test=len(test), feature_dim=int(train_feats.shape[1]),
-                  size=args.size, resize=pipeline.resize, headline_ap=HEADLINE_AP,
+                  size=size, resize=pipeline.resize, headline_ap=HEADLINE_AP,
                   extract_seconds=round(extract_s, 2), svm_seconds=round(svm_s, 2))
     print()
     print(f'VOC07 (trainval {len(trainval)} / test {len(test)} images): mAP '

@@ -86,6 +86,11 @@ class TimmBackbone(BaseModule):
         if self.init_cfg:
             super().init_weights()
 
+    @property
+    def input_size(self) -> int | None:
+        """The image size the network requires, None where any size works (convolutions)."""
+        return None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled features of a batch of images."""
         if (self.compile_cfg is not None and not self._compiled
@@ -159,6 +164,14 @@ class ViTBackbone(TimmBackbone):
         self.sincos_pos_embed = sincos_pos_embed
         if sincos_pos_embed:
             self._use_sincos_pos_embed()
+
+    @property
+    def input_size(self) -> int | None:
+        """The image size of the position embedding, which timm's ViT requires of every input."""
+        embed = self.model.patch_embed
+        if getattr(self.model, 'dynamic_img_size', False) or not getattr(embed, 'strict_img_size', True):
+            return None
+        return embed.img_size[0]
 
     def _use_sincos_pos_embed(self) -> None:
         model = self.model
