@@ -239,6 +239,10 @@ def test_a_trained_vit_fine_tunes_semi_supervised_with_layer_decay(trained_vit, 
     runner.train()
     model = unwrap_model(runner.model)
     assert type(model.backbone).__name__ == 'ViTBackbone' and len(model.backbone.model.blocks) == 2
+    # The recipe's training settings hold on the checkpoint's ViT: its patch projection trains
+    # (the checkpoint's froze it) and its blocks drop paths.
+    assert model.backbone.model.patch_embed.proj.weight.requires_grad
+    assert model.backbone.model.blocks[1].drop_path1.drop_prob == pytest.approx(0.1)
     names = {id(p): n for n, p in model.named_parameters()}
     groups = {names[id(p)]: g for g in runner.optim_wrapper.optimizer.param_groups for p in g['params']}
     assert set(groups) == {n for n, p in model.named_parameters() if p.requires_grad}
@@ -249,7 +253,8 @@ def test_a_trained_vit_fine_tunes_semi_supervised_with_layer_decay(trained_vit, 
     assert len({round(g['lr'] / g['initial_lr'], 12) for g in groups.values()}) == 1
     before = trained_vit.state['state_dict']
     after = model.backbone.model.state_dict()
-    for key in ('blocks.0.attn.qkv.weight', 'blocks.1.mlp.fc2.weight', 'cls_token'):
+    for key in ('blocks.0.attn.qkv.weight', 'blocks.1.mlp.fc2.weight', 'cls_token',
+                'patch_embed.proj.weight'):
         assert not torch.equal(after[key], before[f'backbone.model.{key}']), key
     assert 0 < runner.message_hub.get_scalar('val/top1').current() <= 100
 

@@ -12,6 +12,7 @@ it makes the head insensitive to the feature scale, and then wants a much smalle
 """
 from __future__ import annotations
 
+import inspect
 import logging
 
 import torch
@@ -26,6 +27,18 @@ from ifnd.registry import MODELS
 from .encoder import (IMAGENET_PREPROCESSOR, backbone_fits, load_backbone_weights,
                       load_checkpoint_file, resolve_backbone_config)
 from .vit_architecture import checkpoint_num_heads
+
+
+# How a backbone trains, not the shapes of its weights: kept from the configured backbone when the
+# checkpoint's architecture replaces it (a fine-tuning recipe's stochastic depth, a trainable
+# patch projection).
+TRAINING_SETTINGS = ('drop_path_rate', 'frozen_patch_embed', 'compile', 'channels_last')
+
+
+def _training_settings(configured: dict, backbone: dict) -> dict:
+    """The configured backbone's training settings that the checkpoint's backbone type takes."""
+    takes = inspect.signature(MODELS.get(backbone['type'])).parameters
+    return {key: configured[key] for key in TRAINING_SETTINGS if key in configured and key in takes}
 
 
 def _fits(backbone: dict, checkpoint: dict, source: str) -> bool:
@@ -60,8 +73,10 @@ class ImageClassifier(BaseModel):
         checkpoint = load_checkpoint_file(pretrained) if pretrained else None
         if checkpoint is not None and not _fits(backbone, checkpoint, pretrained):
             configured, backbone = backbone, resolve_backbone_config(checkpoint, pretrained)
+            backbone.update(_training_settings(configured, backbone))
             print_log(f'ImageClassifier: model.backbone {dict(configured)} does not fit {pretrained}; '
-                      f'using the checkpoint\'s backbone {backbone}', logger='current',
+                      f'using the checkpoint\'s backbone {backbone} (the configured '
+                      f'{", ".join(TRAINING_SETTINGS)} kept)', logger='current',
                       level=logging.WARNING)
         self.backbone = MODELS.build(backbone)
         self.num_classes = num_classes
