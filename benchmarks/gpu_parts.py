@@ -20,17 +20,28 @@ CUDA_TESTS = ['tests/test_fast_step.py::test_whole_runner_iterations_make_no_hos
               'tests/test_gpu_report.py::test_nvjpeg_on_a_side_stream_is_ordered_before_the_callers_work',
               'tests/test_gpu_report.py::test_preprocessor_makes_device_views_of_jpegs_on_cuda',
               'tests/test_decoders.py::test_each_decoder_on_cuda_is_ordered_before_the_callers_work']
-# ImageNet recipe (configs/ifnd_r50_200e_in1k.py) at one GPU's batch of 256; 3 warm-up steps per
-# variant (compilation happens in the first) and 20 timed steps each, one per interleaved round.
-STEP_ARGS = ['--model', 'resnet50', '--no-cifar-stem', '--image-size', '224', '--batch-size', '256',
-             '--channels-last', '--fused', '--pairs', 'moco', '--no-encoder', '--warmup', '3', '--repeats', '20']
-# --rehearse: a full-width ResNet-18 on 8 px images for two steps; compiled by the 'eager' backend
-# (Dynamo traces the same code; inductor's C++ build would take minutes on a CPU), float32 only
-# (bfloat16 autocast goes through mmengine's AmpOptimWrapper, which needs a GPU).
-TOY_STEP_ARGS = ['--model', 'resnet18', '--image-size', '8', '--batch-size', '4', '--neck-hidden', '16',
-                 '--out-dim', '8', '--queue-len', '64', '--num-samples', '256', '--channels-last', '--fused',
-                 '--pairs', 'moco', '--no-encoder', '--warmup', '1', '--repeats', '2', '--threads', '1',
-                 '--device', 'cpu']
+# One GPU's batch of 256 at 224 px; 3 warm-up steps per variant (compilation happens in the first)
+# and 20 timed steps each, one per interleaved round.
+GPU_STEPS = ['--image-size', '224', '--batch-size', '256', '--fused', '--no-encoder', '--warmup', '3',
+             '--repeats', '20']
+# --rehearse: 4 images for two steps on the CPU; float32 only (bfloat16 autocast goes through
+# mmengine's AmpOptimWrapper, which needs a GPU).
+TOY_STEPS = ['--batch-size', '4', '--neck-hidden', '16', '--out-dim', '8', '--num-samples', '256', '--fused',
+             '--no-encoder', '--warmup', '1', '--repeats', '2', '--threads', '1', '--device', 'cpu']
+# Compiled by the 'eager' backend on the CPU: Dynamo traces the same code; inductor's C++ build would
+# take minutes there.
+TOY_COMPILE = ['--compile', '--compile-backend', 'eager']
+# The ImageNet recipe (configs/ifnd_r50_200e_in1k.py), IFNDMoCo vs MoCo v2; --rehearse: a full-width
+# ResNet-18 on 8 px images.
+STEP_ARGS = ['--model', 'resnet50', '--no-cifar-stem', '--channels-last', '--pairs', 'moco', *GPU_STEPS]
+TOY_STEP_ARGS = ['--model', 'resnet18', '--image-size', '8', '--queue-len', '64', '--channels-last',
+                 '--pairs', 'moco', *TOY_STEPS]
+# The MoCo v3 ViT recipe (configs/mocov3/mocov3_vit-small-p16_300e_in1k.py: ViT-S/16, its heads, AdamW),
+# IFNDMoCoV3 vs MoCo v3, compiled, bfloat16; --rehearse: the same recipe's ViT at one block of width 32,
+# 2 heads, patches of 4 px on 16 px images.
+VIT_ARGS = ['--model', 'vit_small_patch16_224', '--pairs', 'mocov3', *GPU_STEPS, '--compile', '--amp']
+TOY_VIT_ARGS = ['--model', 'vit_small_patch16_224', '--image-size', '16', '--backbone-options', 'patch_size=4',
+                'depth=1', 'embed_dim=32', 'num_heads=2', '--pairs', 'mocov3', *TOY_STEPS, *TOY_COMPILE]
 FMNIST_ROOT = '/usr/share/datasets/fashion-mnist'  # Debian's dataset-fashion-mnist, the configs' data_root
 # The Fashion-MNIST recipe's step by part: 10 steps counted, 8 profiled (--rehearse: a narrow network,
 # 2 steps, scikit-learn's digits as Fashion-MNIST files where Debian's are missing).
@@ -68,10 +79,22 @@ def step_part(compiled: bool, bf16: bool, expected_s: int, rehearse: bool) -> Pa
     """The ``step_cost.py`` part of one (eager / compiled, float32 / bfloat16) variant."""
     name = f"step_{'compiled' if compiled else 'eager'}_{'bf16' if bf16 else 'fp32'}"
     if rehearse:
-        args = [*TOY_STEP_ARGS, *(['--compile', '--compile-backend', 'eager'] if compiled else [])]
+        args = [*TOY_STEP_ARGS, *(TOY_COMPILE if compiled else [])]
     else:
         args = [*STEP_ARGS, *(['--compile'] if compiled else []), *(['--amp'] if bf16 else [])]
     return Part(name, 'step_cost.py', [*args, '--out', '{json}'], expected_s, rehearsal=rehearse)
+
+
+def vit_part(rehearse: bool) -> Part:
+    """The ``step_cost.py`` part of the MoCo v3 ViT recipe: IFNDMoCoV3 vs MoCo v3, compiled, bfloat16."""
+    # Start-up and the four ViT-S/16 encoders and 4096-wide heads built (8 s); inductor compiles
+    # ViT-S/16's forward and backward in bfloat16 once (typically 60-90 s: 75), the momentum encoder's
+    # forward once (20), each model's heads and loss (2 x 10; IFNDMoCoV3's encoders reuse MoCo v3's
+    # code, as IFNDMoCo's do MoCo v2's); 2 x 23 steps of about 0.1 s (4 forwards and 2 backwards of
+    # ViT-S/16 on 256 images, about 8 forwards of 4.6 GMACs each: 19 TFLOP a step, at about 20% of an
+    # H100's bfloat16 peak): 8 + 75 + 20 + 20 + 5, and a margin. Not measured yet.
+    args = TOY_VIT_ARGS if rehearse else VIT_ARGS
+    return Part('vit_step', 'step_cost.py', [*args, '--out', '{json}'], 130, rehearsal=rehearse)
 
 
 def parts(work_dir: str, rehearse: bool = False) -> list[Part]:
@@ -79,7 +102,7 @@ def parts(work_dir: str, rehearse: bool = False) -> list[Part]:
 
     Expected costs: the wall times measured on one H200 (docs/gpu_report_h200.md), rounded up, or
     estimated where a part has not run yet; the five most valuable fit ``BUDGET_S`` (checked by the
-    tests), a second call runs the last four.
+    tests), a second call runs the last five.
     """
     toy = rehearse
     # 50 tests of tiny models, each a CPU step then CUDA steps: 11 s on a 2-core CPU for the CPU
@@ -117,6 +140,7 @@ def parts(work_dir: str, rehearse: bool = False) -> list[Part]:
     found.append(Part('jpeg_folder', 'throughput.py', [
         '--preset', 'in1k-jpeg', '--views', 'device', *(TOY_JPEG_ARGS if toy else JPEG_ARGS),
         '--work-dir', osp.join(work_dir, 'jpeg_folder'), '--out', '{json}'], 120, rehearsal=toy))
+    found.append(vit_part(toy))
     # 1.28M random features made on the CPU (3 s), one round at nredo 1: 20 Lloyd steps over
     # 1M / 1.28M / 1.28M points at k = 1k / 3k / 10k, about 90 TFLOP of distances (2-5 s):
     # 8 + 3 + 5, and a margin.

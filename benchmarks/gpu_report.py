@@ -15,6 +15,8 @@ it finishes (a run cut short keeps what it measured; a re-run skips the parts th
   channels_last, fused SGD), IFNDMoCo vs MoCo v2, compiled, bfloat16;
 - ``jpeg_folder``: ``throughput.py --preset in1k-jpeg``: the ImageNet recipe end to end on 2,048
   generated JPEGs of 224 px, views and decoding on the GPU (its images/s over the step's alone);
+- ``vit_step``: ``step_cost.py --pairs mocov3`` at the MoCo v3 ViT recipe (ViT-S/16, 224 px, batch
+  256, AdamW), IFNDMoCoV3 vs MoCo v3, compiled, bfloat16, beside timm's published ViT-S/16 figure;
 - ``clustering``: ``clustering_cost.py``, one round of 1.28M x 128 at k = 1000, 3000, 10000;
 - ``step_eager_bf16``, ``step_eager_fp32``, ``step_compiled_fp32``: the other step variants.
 

@@ -1,11 +1,11 @@
 """Time per training step of IFND against its instance-level base, measured side by side.
 
-Pairs: IFND vs SimCLR (batch contrastive) and IFNDMoCo vs MoCoV2 (queue of negatives). Every
+Pairs: IFND vs SimCLR (batch contrastive), IFNDMoCo vs MoCoV2 (queue of negatives) and, with
+``--pairs mocov3``, IFNDMoCoV3 vs MoCoV3 (momentum encoder, the batch's keys). Every
 variant gets the same backbone, projection head, batch and input size; one step is the full
-``train_step`` of mmengine (preprocessing, forward, loss, backward, SGD update). The variants are
-interleaved (A, B, C, D, A, B, ...) in rounds after a warm-up, so drifting machine load hits them
-alike, and the median step time per variant is reported with the ratios IFND/SimCLR and
-IFNDMoCo/MoCoV2. An "Encoder" reference row times the backbone alone (forward + backward +
+``train_step`` of mmengine (preprocessing, forward, loss, backward, optimiser update). The variants
+are interleaved (A, B, C, D, A, B, ...) in rounds after a warm-up, so drifting machine load hits
+them alike, and the median step time per variant is reported with the ratios IFND/base. An "Encoder" reference row times the backbone alone (forward + backward +
 update of the 2 x batch views, as SimCLR encodes them), so step / encoder shows what the
 algorithms add around it.
 
@@ -13,15 +13,21 @@ Speed options, each off by default so that runs stay comparable: ``--channels-la
 weights and inputs), ``--amp`` (bfloat16 autocast without a loss scaler where the GPU supports
 it, else float16 with dynamic scaling: what the GPU recipes' ``AutoAmpOptimWrapper`` and
 ``tools/train.py --amp`` choose), ``--compile`` (``torch.compile`` of the backbones), ``--fused``
-(fused SGD).
+(the fused update of the recipe's optimiser: SGD, AdamW for the ViT recipe).
 
 The head and the queue follow the recipes: with ``--model resnet50`` the ImageNet recipe's
 (``configs/ifnd_r50_200e_in1k.py``: 3-layer MLP 2048 wide to 128 with BN, queue 65536), else a
-3-layer head 512 wide (the ResNet-18 recipes') and a queue of 16384. On a GPU each step is timed
-by CUDA events around it, without a host sync between steps; on a CPU by ``perf_counter``. The
-warm-up is 10 steps per variant with ``--compile`` (compilation happens there), 3 on a GPU
-otherwise, 1 on a CPU; the JSON holds each variant's warm-up seconds (``warmup_s``, compilation
-included).
+3-layer head 512 wide (the ResNet-18 recipes') and a queue of 16384. ``--model
+vit_small_patch16_224`` reads the MoCo v3 ViT recipe's config
+(``configs/mocov3/mocov3_vit-small-p16_300e_in1k.py``): its backbone at ``--image-size`` (ViT-S/16
+with 12 heads, frozen patch projection, sin-cos positions, class token), its heads (3-layer
+projection 4096 wide to 256, 2-layer prediction), MoCo v3's momentum and temperature, and AdamW;
+the IFND recipe on it (``configs/ifnd/ifnd_mocov3_vit-small-p16_300e_in1k.py``) changes only the
+model's type. ``--backbone-options`` sets more backbone arguments (a toy ViT: ``depth=1``...).
+On a GPU each step is timed by CUDA events around it, without a host sync between steps; on a CPU
+by ``perf_counter``. The warm-up is 10 steps per variant with ``--compile`` (compilation happens
+there), 3 on a GPU otherwise, 1 on a CPU; the JSON holds each variant's warm-up seconds
+(``warmup_s``, compilation included).
 
 The label bank of the IFND variants is filled like a mid-training round: a share of the samples
 carries cluster ids (a few clusters per level), the rest unique negative labels, and the MoCo
@@ -32,31 +38,43 @@ Example::
     python -m benchmarks.step_cost --model resnet18 --batch-size 64 --image-size 32 --out step.json
     python -m benchmarks.step_cost --model resnet50 --no-cifar-stem --image-size 224 \
         --batch-size 256 --channels-last --amp --compile --fused
+    python -m benchmarks.step_cost --model vit_small_patch16_224 --pairs mocov3 --image-size 224 \
+        --batch-size 256 --amp --compile --fused
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import os.path as osp
 import statistics
 import sys
 import time
 from typing import Callable, Sequence
 
 import torch
+from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
 from mmengine.optim import OptimWrapper
 from mmengine.registry import init_default_scope
 
-from benchmarks.common import HelpFormatter, describe_device, report_results, resolve_device, time_call
+from benchmarks.common import (REPO, HelpFormatter, describe_device, report_results, resolve_device,
+                               time_call)
 from benchmarks.op_count import add_arguments as add_count_arguments
 
-PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo')}
+PAIRS = {'simclr': ('SimCLR', 'IFND'), 'moco': ('MoCoV2', 'IFNDMoCo'), 'mocov3': ('MoCoV3', 'IFNDMoCoV3')}
 ENCODER = 'Encoder'  # the backbone alone, forward + backward + update
+# The variants whose configs carry FalseNegativeDetectionHook: their steps count what they flag.
+COUNTS_DETECTION = ('IFND', 'IFNDMoCoV3')
 
-# Head width and queue length of the recipes, by backbone: ResNet-50 the ImageNet recipe's
-# (configs/ifnd_r50_200e_in1k.py), others the ResNet-18 recipes' head and a smaller queue.
-RECIPES = {'resnet50': dict(neck_hidden=2048, queue_len=65536)}
-DEFAULT_RECIPE = dict(neck_hidden=512, queue_len=16384)
+# Head width, queue length and stem of the recipes, by backbone: ResNet-50 the ImageNet recipe's
+# (configs/ifnd_r50_200e_in1k.py); ViT-S/16 the MoCo v3 recipe's, read from its config file
+# (backbone, heads, momentum, temperature, optimiser); others the ResNet-18 recipes' head and a
+# smaller queue.
+RECIPES = {'resnet50': dict(neck_hidden=2048, queue_len=65536),
+           'vit_small_patch16_224': dict(config='configs/mocov3/mocov3_vit-small-p16_300e_in1k.py',
+                                         cifar_stem=False)}
+DEFAULT_RECIPE = dict(neck_hidden=512, neck_layers=3, out_dim=128, queue_len=16384, cifar_stem=True)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -77,15 +95,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """The model, its batch and its pseudo-labels."""
-    parser.add_argument('--model', default='resnet18', help='timm backbone name')
-    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=True,
-                        help='3x3 stride-1 stem without max-pool (ResNets, small images)')
+    parser.add_argument('--model', default='resnet18',
+                        help='timm backbone name (vit_small_patch16_224: the MoCo v3 ViT recipe)')
+    parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
+                        help='3x3 stride-1 stem without max-pool (ResNets, small images; default: '
+                        'on, except for the ViT recipe)')
+    parser.add_argument('--backbone-options', nargs='+', action=DictAction, default={},
+                        help='more backbone arguments, KEY=VALUE (a toy ViT: depth=1 patch_size=4 ...)')
     parser.add_argument('--batch-size', type=int, default=64, help='images per step (2 views each)')
     parser.add_argument('--image-size', type=int, default=32, help='input height and width')
     parser.add_argument('--neck-hidden', type=int, default=None,
-                        help='projection head hidden size (default: 2048 for resnet50, else 512)')
-    parser.add_argument('--neck-layers', type=int, default=3, help='projection head depth')
-    parser.add_argument('--out-dim', type=int, default=128, help='embedding size')
+                        help="projection (and MoCo v3's prediction) head hidden size (default: the "
+                        "recipe's, 2048 for resnet50, 4096 for the ViT, else 512)")
+    parser.add_argument('--neck-layers', type=int, default=None,
+                        help="projection head depth (default: the recipe's, 3)")
+    parser.add_argument('--out-dim', type=int, default=None,
+                        help="embedding size (default: the recipe's, 256 for the ViT, else 128)")
     parser.add_argument('--queue-len', type=int, default=None,
                         help='MoCo queue length (default: 65536 for resnet50, the ImageNet '
                         'recipe, else 16384)')
@@ -116,10 +141,11 @@ def _add_timing_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--compile', action='store_true', help='torch.compile the backbones')
     parser.add_argument('--compile-backend', default='inductor',
                         help="torch.compile backend ('eager' to check the wiring quickly)")
-    parser.add_argument('--fused', action='store_true', help='fused SGD update')
+    parser.add_argument('--fused', action='store_true',
+                        help="fused update of the recipe's optimiser (SGD; the ViT recipe's AdamW)")
     parser.add_argument('--detection', action=argparse.BooleanOptionalAction, default=True,
-                        help="count the flagged false negatives in IFND's step, as its configs do "
-                        '(FalseNegativeDetectionHook); --no-detection times the loss alone')
+                        help="count the flagged false negatives in the steps of IFND and IFNDMoCoV3, as "
+                        'their configs do (FalseNegativeDetectionHook); --no-detection times the loss alone')
     parser.add_argument('--encoder', action=argparse.BooleanOptionalAction, default=True,
                         help='time the encoder alone (fwd + bwd on both views) as a reference row')
     parser.add_argument('--threads', type=int, default=None,
@@ -130,7 +156,9 @@ def _add_timing_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _complete_and_check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Fill the recipe defaults of the model, then refuse values out of range."""
-    for name, value in RECIPES.get(args.model, DEFAULT_RECIPE).items():
+    if args.cifar_stem and recipe_file(args.model) is not None:
+        parser.error(f'--cifar-stem is a ResNet stem; the {args.model} recipe has none')
+    for name, value in recipe_defaults(args.model).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     for name in ('batch_size', 'image_size', 'repeats', 'steps', 'queue_len', 'num_samples'):
@@ -142,6 +170,24 @@ def _complete_and_check(parser: argparse.ArgumentParser, args: argparse.Namespac
         parser.error('--accepted must be in [0, 1]')
     if args.batch_size > args.num_samples:
         parser.error('--batch-size cannot exceed --num-samples')
+
+
+@functools.cache
+def recipe_file(model: str) -> Config | None:
+    """The config of ``model``'s recipe where it is read from a file (None: ``RECIPES`` holds it all)."""
+    path = RECIPES.get(model, {}).get('config')
+    return None if path is None else Config.fromfile(osp.join(REPO, path))
+
+
+def recipe_defaults(model: str) -> dict:
+    """Head, queue and stem of ``model``'s recipe, the head from its config file where it has one."""
+    found = {key: value for key, value in {**DEFAULT_RECIPE, **RECIPES.get(model, {})}.items()
+             if key != 'config'}
+    cfg = recipe_file(model)
+    if cfg is not None:
+        neck = cfg.model.neck
+        found.update(neck_hidden=neck.hidden_dim, out_dim=neck.out_dim, neck_layers=neck.num_layers)
+    return found
 
 
 def realistic_labels(num_clusters: Sequence[int], num_samples: int, accepted: float,
@@ -157,12 +203,48 @@ def realistic_labels(num_clusters: Sequence[int], num_samples: int, accepted: fl
 
 
 def backbone_config(args: argparse.Namespace) -> dict:
-    """The backbone config shared by every variant and the encoder reference."""
-    cfg = dict(type='TimmBackbone', model_name=args.model, cifar_stem=args.cifar_stem,
-               channels_last=args.channels_last)
-    if args.compile:
-        cfg['compile'] = dict(backend=args.compile_backend)
-    return cfg
+    """The backbone config shared by every variant and the encoder reference: the recipe file's at
+    ``--image-size`` where it has one, else the timm model by name."""
+    cfg = recipe_file(args.model)
+    if cfg is not None:
+        backbone = dict(cfg.model.backbone.to_dict(), img_size=args.image_size)
+    else:
+        backbone = dict(type='TimmBackbone', model_name=args.model, cifar_stem=args.cifar_stem)
+    # Eager unless --compile, whatever the recipe's own setting ('auto' compiles on CUDA).
+    compiled = dict(backend=args.compile_backend) if args.compile else False
+    return {**backbone, 'channels_last': args.channels_last, 'compile': compiled, **args.backbone_options}
+
+
+def variant_config(name: str, args: argparse.Namespace) -> dict:
+    """One variant's model config: the shared backbone and head widths, over the recipe file's model
+    where the variant is its algorithm or a preset of it (MoCo v3's momentum, temperature and
+    prediction head: the IFND recipe on it changes only the type)."""
+    from ifnd.registry import MODELS
+    cfg = recipe_file(args.model)
+    recipe = cfg.model.to_dict() if cfg is not None else {}
+    widths = dict(hidden_dim=args.neck_hidden, out_dim=args.out_dim)
+    neck = dict(recipe.get('neck', dict(type='MLPNeck')), num_layers=args.neck_layers, **widths)
+    if recipe and not issubclass(MODELS.get(name), MODELS.get(recipe['type'])):
+        recipe = {}  # another algorithm on the recipe's backbone: its own defaults
+    found = dict(recipe, type=name, backbone=backbone_config(args), neck=neck)
+    if 'predictor' in recipe:
+        found['predictor'] = dict(recipe['predictor'], **widths)
+    return found
+
+
+def optimizer_settings(model: str) -> dict:
+    """The optimiser of ``model``'s recipe: its config file's (the ViT recipe's AdamW), else SGD."""
+    cfg = recipe_file(model)
+    if cfg is None:
+        return dict(type='SGD', lr=1e-3, momentum=0.9, weight_decay=1e-4)
+    return cfg.optim_wrapper.optimizer.to_dict()
+
+
+def make_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
+    """The recipe's optimiser over ``model``'s parameters, fused with ``--fused``."""
+    settings = optimizer_settings(args.model)
+    kind = getattr(torch.optim, settings.pop('type'))
+    return kind(model.parameters(), **settings, fused=args.fused or None)
 
 
 class EncoderAlone(torch.nn.Module):
@@ -185,12 +267,7 @@ def build_variant(name: str, args: argparse.Namespace, labels: torch.Tensor,
                   device: torch.device) -> torch.nn.Module:
     """One algorithm with the shared backbone/neck settings, its label bank and queue filled."""
     from ifnd.registry import MODELS
-    cfg = dict(
-        type=name,
-        backbone=backbone_config(args),
-        neck=dict(type='MLPNeck', hidden_dim=args.neck_hidden, out_dim=args.out_dim,
-                  num_layers=args.neck_layers),
-    )
+    cfg = variant_config(name, args)
     if name in ('MoCoV2', 'IFNDMoCo'):
         cfg['queue_len'] = args.queue_len
         # The head's BatchNorm1d needs two samples per sub-batch of the shuffled keys.
@@ -205,8 +282,10 @@ def build_variant(name: str, args: argparse.Namespace, labels: torch.Tensor,
     finally:
         logger.setLevel(level)
     model.to(device).train()
-    # Only IFND's configs carry FalseNegativeDetectionHook; the baselines train without counting.
-    model.track_detection = args.detection and name == 'IFND'
+    # Only the IFND configs named carry FalseNegativeDetectionHook; the others train without counting.
+    model.track_detection = args.detection and name in COUNTS_DETECTION
+    if hasattr(model, 'set_progress'):
+        model.set_progress(0, 1)  # MoCo v3's momentum schedule at its start, set in a run by its hook
     if hasattr(model, 'label_bank'):
         model.label_bank.reset(labels.shape[0], labels.shape[1])
         model.label_bank.update(labels.to(device))
@@ -263,6 +342,7 @@ def run_benchmark(args: argparse.Namespace) -> dict:
             'median_paired_ratio': statistics.median(paired),
         }
     settings = {key: value for key, value in vars(args).items() if key != 'out'}
+    settings['optimizer'] = optimizer_settings(args.model)['type']
     return {
         'benchmark': 'step_cost',
         'device': describe_device(device),
@@ -301,8 +381,7 @@ def _build_models(args: argparse.Namespace, labels: torch.Tensor, device: torch.
             models[name] = EncoderAlone(MODELS.build(backbone_config(args))).to(device).train()
         else:
             models[name] = build_variant(name, args, labels, device)
-        optimizer = torch.optim.SGD(models[name].parameters(), lr=1e-3, momentum=0.9,
-                                    weight_decay=1e-4, fused=args.fused or None)
+        optimizer = make_optimizer(models[name], args)
         if args.amp:
             from mmengine.optim import AmpOptimWrapper
 
@@ -348,7 +427,8 @@ def _time_variants(args: argparse.Namespace, models: dict, wrappers: dict, devic
 
 def speed_options(settings: dict) -> str:
     """The speed options that were on, as ', AMP, channels_last, ...' (empty when none)."""
-    names = [('amp', 'AMP'), ('channels_last', 'channels_last'), ('fused', 'fused SGD')]
+    names = [('amp', 'AMP'), ('channels_last', 'channels_last'),
+             ('fused', f"fused {settings.get('optimizer', 'SGD')}")]
     on = [label for key, label in names if settings.get(key)]
     if settings.get('compile'):
         on.append(f"torch.compile ({settings['compile_backend']})")
@@ -359,10 +439,12 @@ def markdown_table(result: dict) -> str:
     """The results as a Markdown table (one row per variant, then one per ratio)."""
     s = result['settings']
     stem = ', CIFAR stem' if s['cifar_stem'] else ''
+    stem += ''.join(f', {key}={value}' for key, value in s.get('backbone_options', {}).items())
+    queue = f", queue {s['queue_len']}" if 'moco' in s['pairs'] else ''  # MoCo v3 has none
     lines = [
         f"Step cost on {result['device']} (torch {result['torch']}): {s['model']}{stem}, "
         f"batch {s['batch_size']} x 2 views, {s['image_size']}px, "
-        f"{s['neck_layers']}-layer head {s['neck_hidden']} wide to {s['out_dim']}, queue {s['queue_len']}, "
+        f"{s['neck_layers']}-layer head {s['neck_hidden']} wide to {s['out_dim']}{queue}, "
         f"{len(s['num_clusters'])} label levels ({s['accepted']:.0%} accepted), "
         f"median of {s['repeats']} x {s['steps']} interleaved steps after {s['warmup']} warm-up "
         f"({'CUDA events' if result['device'].startswith('CUDA') else 'wall clock'})"

@@ -127,6 +127,58 @@ def test_step_cost_follows_the_recipes_and_times_gpu_steps_by_cuda_events(monkey
     assert 0.01 <= read() < 1.0
 
 
+VIT_ARGS = ['--model', 'vit_small_patch16_224', '--pairs', 'mocov3']
+
+
+def test_step_cost_mocov3_pair_follows_the_vit_recipe_config():
+    """--model vit_small_patch16_224: both models are the recipe files' (the IFND recipe's model is the
+    MoCo v3 recipe's but for its type), at --image-size, eager unless --compile, with AdamW."""
+    from mmengine.config import Config
+    bench = _load('step_cost')
+    args = bench.parse_args([*VIT_ARGS, '--image-size', '224', '--batch-size', '256'])
+    assert (args.neck_hidden, args.neck_layers, args.out_dim, args.cifar_stem) == (4096, 3, 256, False)
+    for name, path in (('MoCoV3', 'configs/mocov3/mocov3_vit-small-p16_300e_in1k.py'),
+                       ('IFNDMoCoV3', 'configs/ifnd/ifnd_mocov3_vit-small-p16_300e_in1k.py')):
+        recipe = Config.fromfile(osp.join(REPO, path)).model.to_dict()
+        assert recipe['backbone'].pop('compile') == 'auto'
+        built = bench.variant_config(name, args)
+        assert built['backbone'].pop('compile') is False  # eager without --compile
+        assert built == dict(recipe, backbone=dict(recipe['backbone'], img_size=224, channels_last=False))
+    assert bench.optimizer_settings(args.model) == dict(type='AdamW', lr=1.5e-4, betas=(0.9, 0.95),
+                                                        weight_decay=0.1)
+    compiled = bench.parse_args([*VIT_ARGS, '--compile', '--backbone-options', 'depth=2'])
+    backbone = bench.variant_config('IFNDMoCoV3', compiled)['backbone']
+    assert backbone['compile'] == dict(backend='inductor') and backbone['depth'] == 2
+    # Another algorithm on the ViT recipe keeps its own defaults, with the recipe's backbone and head.
+    simclr = bench.variant_config('SimCLR', args)
+    assert 'predictor' not in simclr and 'momentum' not in simclr and simclr['neck']['hidden_dim'] == 4096
+    with pytest.raises(SystemExit):
+        bench.parse_args([*VIT_ARGS, '--cifar-stem'])
+
+
+def test_step_cost_times_mocov3_and_ifnd_on_it(tmp_path, capsys):
+    """The ViT recipe's pair at toy size: both models train (AdamW, compiled by the 'eager' backend),
+    IFNDMoCoV3 counting its flagged negatives as its config's FalseNegativeDetectionHook does."""
+    from benchmarks.gpu_parts import TOY_COMPILE, TOY_VIT_ARGS  # the report's rehearsal of the pair
+    bench = _load('step_cost')
+    result = bench.main(TOY_VIT_ARGS)
+    assert set(result['variants']) == {'MoCoV3', 'IFNDMoCoV3'} and set(result['ratios']) == {'IFNDMoCoV3/MoCoV3'}
+    assert all(v['steps_timed'] == 2 and v['images_per_s'] > 0 for v in result['variants'].values())
+    assert result['ratios']['IFNDMoCoV3/MoCoV3']['ratio_of_medians'] > 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert 'depth=1' in header and 'fused AdamW' in header and 'queue' not in header
+    args = bench.parse_args([arg for arg in TOY_VIT_ARGS if arg not in TOY_COMPILE])
+    labels = bench.realistic_labels([3], 256, 0.5, torch.Generator().manual_seed(0))
+    batch = bench.make_batches(args, torch.device('cpu'), count=1)[0]
+    for name, counted in (('MoCoV3', False), ('IFNDMoCoV3', True)):
+        model = bench.build_variant(name, args, labels, torch.device('cpu'))
+        assert model.backbone.model.patch_embed.proj.weight.requires_grad is False  # the recipe's frozen patches
+        optimizer = bench.make_optimizer(model, args)
+        assert isinstance(optimizer, torch.optim.AdamW)
+        model.train_step(batch, bench.OptimWrapper(optimizer))
+        assert (model.detection_counts is not None) is counted
+
+
 COUNT_ARGS = ['--count-ops', '--recipe', 'fmnist-device', '--count-batch-size', '32', '--count-steps', '2',
               '--channels', '8', '16', '32', '64', '--threads', '1']
 

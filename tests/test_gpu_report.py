@@ -29,6 +29,7 @@ def test_dry_run_checks_every_command_and_renders_the_report(tmp_path, capsys):
         assert f'| {label} |' in report and f'{op} {goal:,g} {unit}' in report
     assert 'not measured' not in report and '| NO |' not in report
     assert '| compiled, bf16 | 4,200 | 4,150 | 1.012 |' in report
+    assert '| compiled, bf16 | 1,300 | 1,285 | 1.012 | 75.0 / 1.0 |' in report  # the ViT step
     assert not (tmp_path / 'r').exists()  # nothing run, nothing written
 
 
@@ -46,6 +47,27 @@ def test_missing_and_failing_figures_are_shown_against_their_goals():
     assert report.startswith('# GPU report: NVIDIA H100 80GB HBM3')
     assert '| clustering round, 1.28M x 128, k = 1k/3k/10k | not measured s | <= 10 s | - |' in report
     assert '| end to end, Fashion-MNIST (device views) | 1,000.0 img/s | >= 25,000 img/s | NO |' in report
+
+
+def test_the_vit_step_is_shown_against_its_goal_beside_timms_published_bound():
+    """MoCo v3 and IFND-on-MoCo-v3 img/s and their ratio, its goal met or not; timm's RTX 3090 figure
+    for ViT-S/16 named with its file, and the MoCo v3 bound it gives on that GPU (not on this one)."""
+    results = gpu_figures.fake_results(gpu_parts.parts('w'))
+    vit = results['vit_step']['result']
+    vit['variants']['IFNDMoCoV3']['images_per_s'] = 1200.0
+    vit['ratios']['IFNDMoCoV3/MoCoV3']['ratio_of_medians'] = 1.083
+    report = gpu_figures.render(results, 'NVIDIA H100 80GB HBM3')
+    assert ('| IFNDMoCoV3 / MoCo v3 step time, ViT-S/16 compiled bf16 | 1.083 x | <= 1.02 x | NO |'
+            in report)
+    assert '| compiled, bf16 | 1,300 | 1,200 | 1.083 | 75.0 / 1.0 |' in report
+    assert ('timm publishes 1,052.92 train samples/s for `vit_small_patch16_224` on an RTX 3090 '
+            '(`results/benchmark-train-amp-nchw-pt112-cu113-rtx3090.csv`' in report)
+    assert '4 forwards and 2 backwards' in report and 'at most about 395 img/s' in report
+    assert 'not scaled to this one' in report
+    del results['vit_step']
+    report = gpu_figures.render(results, 'NVIDIA H100 80GB HBM3')
+    assert '| IFNDMoCoV3 / MoCo v3 step time, ViT-S/16 compiled bf16 | not measured x |' in report
+    assert '| compiled, bf16 | 1,300 |' not in report and 'at most about 395 img/s' in report
 
 
 def test_junit_counts_the_host_sync_tests_apart(tmp_path):
@@ -88,11 +110,11 @@ def test_saved_parts_are_kept_unless_forced(monkeypatch, tmp_path):
 
 def test_the_parts_expected_costs_fit_the_default_budget():
     """The five most valuable parts fit the default seven minutes (costs measured on an H200, or
-    estimated where a part has not run yet); a second call of the same length runs the last four."""
+    estimated where a part has not run yet); a second call of the same length runs the last five."""
     all_parts = gpu_parts.parts('w')
     assert [p.name for p in all_parts] == [
-        'cuda_tests', 'fmnist_full', 'step_profile', 'step_compiled_bf16', 'jpeg_folder', 'clustering',
-        'step_eager_bf16', 'step_eager_fp32', 'step_compiled_fp32']
+        'cuda_tests', 'fmnist_full', 'step_profile', 'step_compiled_bf16', 'jpeg_folder', 'vit_step',
+        'clustering', 'step_eager_bf16', 'step_eager_fp32', 'step_compiled_fp32']
     assert sum(p.expected_s for p in all_parts[:5]) <= gpu_parts.BUDGET_S == 420
     assert sum(p.expected_s for p in all_parts[:6]) > gpu_parts.BUDGET_S
     assert sum(p.expected_s for p in all_parts[5:]) <= gpu_parts.BUDGET_S
@@ -122,8 +144,8 @@ def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_pa
     assert out.index('Plan:') < out.index('[step_eager_bf16] skipped')
     # 45 + 85 + 60 spent, 10 s left: no later part fits.
     assert limits == dict(cuda_tests=135, fmnist_full=155, step_profile=70)
-    later = ['step_compiled_bf16', 'jpeg_folder', 'clustering', 'step_eager_bf16', 'step_eager_fp32',
-             'step_compiled_fp32']
+    later = ['step_compiled_bf16', 'jpeg_folder', 'vit_step', 'clustering', 'step_eager_bf16',
+             'step_eager_fp32', 'step_compiled_fp32']
     for name in later:
         assert f'| {name} | ' in report and f'[{name}] skipped: expected' in out
     assert '| jpeg_folder | 120 s | skipped: budget (10 s left) | - | - | - |' in report
@@ -131,11 +153,11 @@ def test_a_small_budget_skips_the_later_parts_and_names_them(monkeypatch, tmp_pa
     assert '| step_profile | 60 s | ran | 0 | 60 s |' in report
     limits.clear()
     report = gpu_report.main(['--out-dir', str(tmp_path), '--budget', '200'])
-    # step_compiled_bf16 leaves 90 s: jpeg_folder (120) waits, clustering and the eager bf16 step
-    # (25 + 25) fit, 40 s left.
+    # step_compiled_bf16 leaves 90 s: jpeg_folder (120) and vit_step (130) wait, clustering and the
+    # eager bf16 step (25 + 25) fit, 40 s left.
     assert list(limits) == ['step_compiled_bf16', 'clustering', 'step_eager_bf16']
     assert '| cuda_tests | 45 s | saved |' in report
-    assert 'budget (--budget 200 s): jpeg_folder, step_eager_fp32, step_compiled_fp32.' in report
+    assert 'budget (--budget 200 s): jpeg_folder, vit_step, step_eager_fp32, step_compiled_fp32.' in report
 
 
 @pytest.fixture(scope='module')
@@ -161,7 +183,7 @@ def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(rehears
         assert f'| {part.name} | {part.expected_s} s | ran | 0 |' in report
     assert report.startswith('# GPU report rehearsal: CPU') and '**Rehearsal**' in report
     assert report == (out_dir / 'report.md').read_text()
-    assert 'Plan: 9 part(s), no budget' in rehearsal.out
+    assert 'Plan: 10 part(s), no budget' in rehearsal.out
     figures = gpu_figures.figures(results)
     # The CUDA tests are collected and skipped: no host-sync figure; every other one was measured.
     assert [k for k, v in figures.items() if v is None] == ['syncs']
@@ -171,6 +193,11 @@ def test_the_rehearsal_runs_every_part_on_the_cpu_and_renders_the_report(rehears
     assert '| yes |' not in report and '| NO |' not in report  # toy figures are not held to the goals
     for variant in ('compiled, bf16', 'compiled, fp32', 'eager, bf16', 'eager, fp32'):
         assert f'| {variant} | ' in report
+    # The ViT part ran MoCo v3 and IFND on it, a one-block ViT compiled by the 'eager' backend.
+    vit = results['vit_step']['result']
+    assert set(vit['variants']) == {'MoCoV3', 'IFNDMoCoV3'} and vit['settings']['compile']
+    assert vit['settings']['backbone_options']['depth'] == 1 and vit['settings']['optimizer'] == 'AdamW'
+    assert report.count('| compiled, bf16 | ') == 2  # the ResNet-50 and the ViT step
     assert 'nredo 1' in report and 'CUDA-only tests: 0 passed, 0 failed' in report
 
 
@@ -256,11 +283,11 @@ def test_the_figures_are_read_from_the_benchmarks_real_output(rehearsal):
     """step_cost.py and clustering_cost.py at toy sizes on the CPU (the rehearsal's parts): every key
     the report reads exists."""
     results = {name: dict(result=rehearsal.results[name]['result'], returncode=0)
-               for name in ('step_compiled_bf16', 'clustering')}
+               for name in ('step_compiled_bf16', 'vit_step', 'clustering')}
     figures = gpu_figures.figures(results)
-    assert {k: figures[k] is not None for k in ('step', 'ratio', 'clustering')} == dict(
-        step=True, ratio=True, clustering=True)
-    assert figures['step'] > 0 and figures['ratio'] > 0 and figures['clustering'] > 0
+    assert {k: figures[k] is not None for k in ('step', 'ratio', 'vit_ratio', 'clustering')} == dict(
+        step=True, ratio=True, vit_ratio=True, clustering=True)
+    assert figures['step'] > 0 and figures['ratio'] > 0 and figures['vit_ratio'] > 0 and figures['clustering'] > 0
 
 
 def test_without_cuda_the_report_is_refused_in_one_line(monkeypatch, tmp_path):
