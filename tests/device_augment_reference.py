@@ -4,7 +4,8 @@ reference the statistical and pixel tests of tests/test_device_augment.py compar
 Each random step draws from torch's generator of the images' device in this order: the crop's areas
 ``[n, 10]``, aspect ratios ``[n, 10]`` and offsets ``[2, n]``; then the jitter's apply draw ``[n]``,
 its order ``[n, 4]`` and its four factors ``[n]`` each (a step left out of the view draws nothing),
-the grayscale draw ``[n]``, the blur's sigma and apply draws ``[n]`` (with blur on), the flip ``[n]``.
+the grayscale draw ``[n]``, the blur's sigma and apply draws ``[n]`` (with blur on), the solarisation's
+apply draw ``[n]`` (with solarisation on), the flip ``[n]``.
 """
 from collections.abc import Sequence
 
@@ -65,6 +66,9 @@ class DeviceView(device_augment.DeviceView):
             sigma = lo + (hi - lo) * torch.rand(n, device=device)
             blurred = gaussian_blur(x, self.blur_kernel, sigma)
             x = torch.where(_per_sample(torch.rand(n, device=device) < self.blur_p), blurred, x)
+        if self.solarize_p > 0:
+            inverted = torch.where(x >= self.solarize_threshold, 1 - x, x)
+            x = torch.where(_per_sample(torch.rand(n, device=device) < self.solarize_p), inverted, x)
         if self.flip:
             x = torch.where(_per_sample(torch.rand(n, device=device) < 0.5), x.flip(-1), x)
         return x

@@ -165,3 +165,49 @@ def test_mocov3_recipes():
     assert ifnd.model.type == 'IFNDMoCoV3' and ifnd.model.backbone == model.backbone
     assert ifnd.custom_hooks[0].num_clusters == [1000, 3000, 10000]
     assert ifnd.custom_hooks[0].feature == 'z'
+
+
+def test_mocov3_r50_recipes_and_a_step_of_one(data_roots):
+    """MoCo v3's ResNet-50 recipes (CONFIG.md of facebookresearch/moco-v3), and a LARS training step
+    of the 100-epoch one built from its config, on 32-pixel views of the ImageNet stand-in on the CPU."""
+    import torch
+    from mmengine.optim import build_optim_wrapper
+
+    from ifnd.datasets.base import batch_collate
+    r50 = Config.fromfile(osp.join(CONFIG_DIR, 'mocov3', 'mocov3_r50_100e_in1k.py'))
+    model_cfg = r50.model
+    assert model_cfg.type == 'MoCoV3' and model_cfg.temperature == 1.0 and model_cfg.momentum == 0.99
+    assert model_cfg.backbone.model_name == 'resnet50'
+    for head in (model_cfg.neck, model_cfg.predictor):
+        assert (head.hidden_dim, head.out_dim, head.num_layers) == (4096, 256, 2)
+    assert model_cfg.neck.with_last_bn and not model_cfg.neck.last_bn_affine and not model_cfg.predictor.with_last_bn
+    views = r50.train_dataloader.dataset.pipeline.transforms
+    assert [(v.scale, v.blur_p, v.get('solarize_p', 0.0)) for v in views] == [((0.2, 1.0), 1.0, 0.0),
+                                                                              ((0.2, 1.0), 0.1, 0.2)]
+    assert r50.train_dataloader.batch_size * 16 == 4096 and r50.sync_bn == 'torch'
+    assert r50.auto_scale_lr == dict(base_batch_size=256, enable=True) and r50.param_scheduler[0].end == 10
+    recipes = {'100e': (0.6, 1e-6, 0.99, 100), '300e': (0.3, 1e-6, 0.99, 300), '1000e': (0.3, 1.5e-6, 0.996, 1000)}
+    for name, (lr, wd, momentum, epochs) in recipes.items():
+        cfg = Config.fromfile(osp.join(CONFIG_DIR, 'mocov3', f'mocov3_r50_{name}_in1k.py'))
+        optimizer = cfg.optim_wrapper.optimizer
+        assert (optimizer.type, optimizer.lr, optimizer.weight_decay, optimizer.momentum) == ('LARS', lr, wd, 0.9)
+        assert cfg.model.momentum == momentum and cfg.train_cfg.max_epochs == epochs
+        assert 'end' not in cfg.param_scheduler[1]  # the cosine runs to max_epochs
+    ifnd = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_mocov3_r50_100e_in1k.py'))
+    assert ifnd.model.type == 'IFNDMoCoV3' and ifnd.model.backbone == model_cfg.backbone
+
+    init_default_scope('ifnd')
+    torch.manual_seed(0)
+    model = MODELS.build(model_cfg)
+    pipeline = dict(r50.train_dataloader.dataset.pipeline, transforms=[dict(v, size=32) for v in views])
+    dataset = DATASETS.build(dict(r50.train_dataloader.dataset, data_root=str(data_roots['ImageNet']),
+                                  pipeline=pipeline))
+    batch = batch_collate([dataset[i] for i in range(4)])
+    wrapper = build_optim_wrapper(model, r50.optim_wrapper)
+    decay = {id(p): group['weight_decay'] for group in wrapper.param_groups for p in group['params']}
+    bn = model.backbone.model.bn1
+    assert decay[id(bn.weight)] == 0.0 and decay[id(model.backbone.model.conv1.weight)] == 1e-6
+    model.set_progress(0, 100)
+    before = model.backbone.model.conv1.weight.detach().clone()
+    log = model.train_step(batch, wrapper)
+    assert torch.isfinite(log['loss']) and not torch.equal(before, model.backbone.model.conv1.weight)

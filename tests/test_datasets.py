@@ -67,6 +67,14 @@ def test_contrastive_view_shape_dtype_range():
     assert ContrastiveView(8, grayscale_p=1.0)(img).shape == (3, 8, 8)
 
 
+def test_solarize_threshold_is_on_the_float_scale():
+    assert ContrastiveView(16, solarize_p=0.2).params['solarize_threshold'] == 0.5  # BYOL's 128 of 255
+    plain = ContrastiveView(16)
+    assert plain.solarize_p == 0.0 and not any('Solarize' in repr(t) for t in plain.transforms)
+    with pytest.raises(ValueError, match='solarize_threshold is on the \\[0, 1\\] scale'):
+        ContrastiveView(16, solarize_p=0.2, solarize_threshold=128)
+
+
 def test_presets_blur_only_for_large_images():
     assert SimCLRView(32).blur_p == 0.0 and MoCoV2View(28).blur_p == 0.0
     assert SimCLRView(96).blur_p == 0.5 and MoCoV2View(224).blur_p == 0.5

@@ -16,7 +16,7 @@ from ifnd.datasets.base import batch_collate
 from ifnd.datasets.decode import available_decoders, decode_images
 from ifnd.datasets.device_augment import (DRAW_FACTORS, DRAW_ORDER, NUM_DRAWS, DeviceView, DeviceViews,
                                          adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation,
-                                         gaussian_blur, grey, resized_crops, sample_crops)
+                                         gaussian_blur, grey, resized_crops, sample_crops, solarize)
 from ifnd.models.data_preprocessor import ContrastiveDataPreprocessor
 from ifnd.registry import RUNNERS
 
@@ -80,6 +80,8 @@ def test_colour_ops_match_torchvision_per_sample():
     sigma = torch.rand(6, generator=g) * 1.9 + 0.1
     want = torch.stack([TF.gaussian_blur(x[i], [5, 5], [sigma[i].item()] * 2) for i in range(6)])
     torch.testing.assert_close(gaussian_blur(x, 5, sigma), want, rtol=0, atol=1e-5)
+    for threshold in (0.5, 0.2):
+        torch.testing.assert_close(solarize(x, threshold), TF.solarize(x, threshold), rtol=0, atol=0)
 
 
 def test_jitter_order_is_random_per_sample():
@@ -97,6 +99,18 @@ def test_jitter_order_is_random_per_sample():
     first_b = (order == 0).int().argmax(1) < (order == 1).int().argmax(1)
     torch.testing.assert_close(y, torch.where(first_b.view(-1, 1, 1, 1), bc, cb))
     assert 0.4 < first_b.float().mean() < 0.6 and (bc - cb).abs().amax() > 0.05
+
+
+@pytest.mark.parametrize('p,threshold', [(0.0, 0.5), (1.0, 0.5), (1.0, 0.3)])
+def test_solarised_views_equal_the_cpu_views_and_the_direct_computation(p, threshold):
+    view = ContrastiveView(size=16, scale=(1.0, 1.0), jitter_p=0.0, grayscale_p=0.0, flip=False, solarize_p=p,
+                           solarize_threshold=threshold)
+    x = torch.arange(256, dtype=torch.uint8).view(1, 1, 16, 16).expand(1, 3, 16, 16)  # every value once
+    xf = x.float() / 255
+    want = torch.where(xf >= threshold, 1 - xf, xf) if p else xf
+    cpu = view(Image.fromarray(x[0].permute(1, 2, 0).numpy()))
+    torch.testing.assert_close(cpu, want[0], rtol=0, atol=1e-6)  # ToDtype scales by 1/255, not / 255
+    torch.testing.assert_close(DeviceView(view)(x), want, rtol=0, atol=0)
 
 
 def _rate_images(n, seed=0):
@@ -125,6 +139,8 @@ RATE_CASES = {
     'flip': (dict(jitter_p=0.0, grayscale_p=0.0, flip=True), _flipped, 0.5),
     # sigma >= 1, so every applied blur visibly changes random pixels
     'blur': (dict(jitter_p=0.0, grayscale_p=0.0, flip=False, blur_p=0.5, blur_sigma=(1.0, 2.0)), _changed, 0.5),
+    # random pixels: every image has some far above the threshold
+    'solarize': (dict(jitter_p=0.0, grayscale_p=0.0, flip=False, solarize_p=0.2), _changed, 0.2),
 }
 
 
@@ -382,6 +398,8 @@ def _former_views(view, images, seed):
     if view.params['blur_p'] > 0:
         draws[:, device_augment.DRAW_SIGMA] = next(taken)
         draws[:, device_augment.DRAW_BLUR] = next(taken)
+    if view.params['solarize_p'] > 0:
+        draws[:, device_augment.DRAW_SOLARIZE] = next(taken)
     if view.params['flip']:
         draws[:, device_augment.DRAW_FLIP] = next(taken)
     assert next(taken, None) is None, 'the former views drew more than the layout holds'
@@ -393,6 +411,10 @@ FORMER_CASES = {
     'rgb_mocov2': (MoCoV2View(size=16), (48, 3, 20, 24)),
     'rgb_simclr_blur': (SimCLRView(size=32, blur_p=0.5), (48, 3, 40, 36)),
     'no_hue_no_flip': (ContrastiveView(size=12, jitter=(0.4, 0.0, 0.4, 0.0), flip=False), (48, 3, 16, 16)),
+    # MoCo v3's (BYOL's) second view; and a grey one, solarised while it stays one channel
+    'rgb_byol_solarize': (ContrastiveView(size=16, scale=(0.08, 1.0), jitter=(0.4, 0.4, 0.2, 0.1), blur_p=0.1,
+                                          solarize_p=0.2), (48, 3, 20, 24)),
+    'grey_solarize': (ContrastiveView(size=12, solarize_p=0.5, solarize_threshold=0.3), (48, 1, 16, 16)),
 }
 
 
@@ -419,6 +441,7 @@ def _view_parameters(view, draws, H, W):
               'jitter applied': draws[:, device_augment.DRAW_JITTER] < dv.jitter_p,
               'grayscale applied': draws[:, device_augment.DRAW_GRAYSCALE] < dv.grayscale_p,
               'blur applied': draws[:, device_augment.DRAW_BLUR] < dv.blur_p,
+              'solarize applied': draws[:, device_augment.DRAW_SOLARIZE] < dv.solarize_p,
               'flip applied': draws[:, device_augment.DRAW_FLIP] < 0.5}
     lo, hi = dv.blur_sigma
     params['blur sigma'] = lo + (hi - lo) * draws[:, device_augment.DRAW_SIGMA]
@@ -431,7 +454,8 @@ def test_view_parameters_follow_the_former_distributions():
     """Every random parameter of a view (crop box, jitter order and factors, each step's coin, blur
     sigma) drawn from the batch's one draw, against the former per-step draws (two-sample tests)."""
     from scipy.stats import chi2_contingency
-    view = SimCLRView(size=8, blur_p=0.5)
+    # SimCLR's view with blur, and solarisation
+    view = ContrastiveView(size=8, scale=(0.08, 1.0), jitter=(0.8, 0.8, 0.8, 0.2), blur_p=0.5, solarize_p=0.2)
     H, W = 20, 30
     images = torch.zeros(N_CROPS, 3, H, W, dtype=torch.uint8)
     _, former_draws = _former_views(view, images, seed=0)
@@ -455,7 +479,8 @@ def test_compiled_views_trace_whole_and_equal_the_eager_views():
     compiler, from uint8 images to normalised views, and give the eager views from the same draws."""
     import torch._dynamo
     from torch._dynamo.utils import counters
-    pipeline = dict(type='MultiView', num_views=2, transforms=dict(type='SimCLRView', size=16, blur_p=0.5))
+    pipeline = dict(type='MultiView', transforms=[dict(type='SimCLRView', size=16, blur_p=0.5),
+                                                  dict(type='ContrastiveView', size=16, blur_p=0.1, solarize_p=0.2)])
     mean, std = torch.full((3, 1, 1), 0.4), torch.full((3, 1, 1), 0.25)
     batch = torch.randint(0, 256, (12, 3, 20, 24), dtype=torch.uint8)
     files = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in ((20, 24), (31, 17), (16, 40))]

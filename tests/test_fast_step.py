@@ -367,8 +367,10 @@ def _device_view_batch(kind, view, root, num_views=2):
     return batch_collate(ds.__getitems__(indices))
 
 
+# The second: SimCLR's view with blur, and solarisation
 @pytest.mark.parametrize('view', [dict(type='MoCoV2View', size=16),
-                                  dict(type='SimCLRView', size=16, blur_p=0.5)], ids=['mocov2', 'simclr_blur'])
+                                  dict(type='ContrastiveView', size=16, scale=(0.08, 1.0), jitter=(0.8, 0.8, 0.8, 0.2),
+                                       blur_p=0.5, solarize_p=0.5)], ids=['mocov2', 'simclr_blur_solarize'])
 @pytest.mark.parametrize('kind', ['digits', 'jpeg'])
 @pytest.mark.parametrize('cfg', [dict(type='IFND', treatment='elim'),
                                  dict(type='IFNDMoCo', queue_len=32, bn_splits=2), *NEW_FN_METHODS],

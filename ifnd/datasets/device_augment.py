@@ -33,7 +33,8 @@ _GREY = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 
 # The uniform draws of one view of one image, by column: torchvision's RandomResizedCrop tries up to
 # CROP_ATTEMPTS (area, aspect) pairs, then offsets; the jitter's apply draw, order (4) and factors
-# (brightness, contrast, saturation, hue); grayscale; the blur's sigma and apply draw; the flip.
+# (brightness, contrast, saturation, hue); grayscale; the blur's sigma and apply draw; the flip; the
+# solarisation's apply draw (last, though applied before the flip, so the other columns keep their places).
 CROP_ATTEMPTS = 10
 DRAW_AREA = slice(0, CROP_ATTEMPTS)
 DRAW_ASPECT = slice(CROP_ATTEMPTS, 2 * CROP_ATTEMPTS)
@@ -46,7 +47,8 @@ DRAW_GRAYSCALE = DRAW_JITTER + 9
 DRAW_SIGMA = DRAW_JITTER + 10
 DRAW_BLUR = DRAW_JITTER + 11
 DRAW_FLIP = DRAW_JITTER + 12
-NUM_DRAWS = DRAW_FLIP + 1
+DRAW_SOLARIZE = DRAW_JITTER + 13
+NUM_DRAWS = DRAW_SOLARIZE + 1
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -175,8 +177,14 @@ def gaussian_blur(x: torch.Tensor, kernel_size: int, sigma: torch.Tensor) -> tor
     return y.view(B, C, H, W)
 
 
+def solarize(x: torch.Tensor, threshold: float) -> torch.Tensor:
+    """torchvision's solarisation of float images: the pixels >= ``threshold`` inverted."""
+    return torch.where(x >= threshold, 1 - x, x)
+
+
 class DeviceView(nn.Module):
-    """One random view of a batch: crop, colour jitter, grayscale, blur and flip, each drawn per sample."""
+    """One random view of a batch: crop, colour jitter, grayscale, blur, solarisation and flip, each drawn per
+    sample."""
 
     def __init__(self, view: ContrastiveView) -> None:
         super().__init__()
@@ -191,6 +199,7 @@ class DeviceView(nn.Module):
                        (adjust_hue, (-h, h) if h else None)]
         self.jitter_p, self.grayscale_p = float(p['jitter_p']), float(p['grayscale_p'])
         self.blur_p, self.blur_sigma, self.blur_kernel = float(p['blur_p']), tuple(p['blur_sigma']), p['blur_kernel']
+        self.solarize_p, self.solarize_threshold = float(p['solarize_p']), float(p['solarize_threshold'])
         self.flip = bool(p['flip'])
 
     def forward(self, images: torch.Tensor, draws: torch.Tensor | None = None) -> torch.Tensor:
@@ -218,6 +227,9 @@ class DeviceView(nn.Module):
             sigma = lo + (hi - lo) * draws[:, DRAW_SIGMA]
             x = torch.where(_per_sample(draws[:, DRAW_BLUR] < self.blur_p),
                             gaussian_blur(x, self.blur_kernel, sigma), x)
+        if self.solarize_p > 0:
+            x = torch.where(_per_sample(draws[:, DRAW_SOLARIZE] < self.solarize_p),
+                            solarize(x, self.solarize_threshold), x)
         if self.flip:
             x = torch.where(_per_sample(draws[:, DRAW_FLIP] < 0.5), x.flip(-1), x)
         return x

@@ -49,7 +49,11 @@ def build_pipeline(cfg: PipelineCfg) -> Callable:
 
 @TRANSFORMS.register_module()
 class ContrastiveView(v2.Compose):
-    """One random augmented view: crop, colour jitter, grayscale, optional blur, flip."""
+    """One random augmented view: crop, colour jitter, grayscale, optional blur, flip, optional solarisation.
+
+    ``solarize_threshold`` is on the [0, 1] scale of float images: 0.5 inverts the pixels >= 128 of 255,
+    as BYOL's (PIL's) solarisation at 128.
+    """
 
     def __init__(self,
                  size: Size,
@@ -59,9 +63,14 @@ class ContrastiveView(v2.Compose):
                  grayscale_p: float = 0.2,
                  blur_p: float = 0.0,
                  blur_sigma: tuple[float, float] = (0.1, 2.0),
-                 flip: bool = True) -> None:
+                 flip: bool = True,
+                 solarize_p: float = 0.0,
+                 solarize_threshold: float = 0.5) -> None:
         if len(jitter) != 4:
             raise ValueError(f'jitter must be (brightness, contrast, saturation, hue), got {jitter!r}')
+        if not 0 < solarize_threshold <= 1:
+            raise ValueError(f'solarize_threshold is on the [0, 1] scale of float images (0.5 = 128 of 255), '
+                             f'got {solarize_threshold!r}')
         ops: list[v2.Transform] = [
             v2.RandomResizedCrop(size, scale=tuple(scale), antialias=True),
             v2.RandomApply([v2.ColorJitter(*jitter)], p=jitter_p),
@@ -72,12 +81,18 @@ class ContrastiveView(v2.Compose):
             ops.append(v2.RandomApply([v2.GaussianBlur(kernel, sigma=tuple(blur_sigma))], p=blur_p))
         if flip:
             ops.append(v2.RandomHorizontalFlip())
-        super().__init__(ops + to_float_tensor())
-        self.size, self.blur_p = size, blur_p
+        ops += to_float_tensor()
+        if solarize_p > 0:
+            # On the float image, whatever the input type (a PIL threshold would be 0-255); it is per
+            # pixel, so after the flip rather than before it (BYOL's order) gives the same image.
+            ops.append(v2.RandomSolarize(solarize_threshold, p=solarize_p))
+        super().__init__(ops)
+        self.size, self.blur_p, self.solarize_p = size, blur_p, solarize_p
         # The resolved parameters, from which the device pipeline (ifnd.datasets.device_augment) is built.
         self.params = dict(size=size, scale=tuple(scale), ratio=(3 / 4, 4 / 3), jitter=tuple(jitter),
                            jitter_p=jitter_p, grayscale_p=grayscale_p, blur_p=blur_p,
-                           blur_sigma=tuple(blur_sigma), blur_kernel=blur_kernel_size(size), flip=flip)
+                           blur_sigma=tuple(blur_sigma), blur_kernel=blur_kernel_size(size), flip=flip,
+                           solarize_p=solarize_p, solarize_threshold=solarize_threshold)
 
 
 @TRANSFORMS.register_module()
