@@ -535,3 +535,19 @@ def test_device_views_resume_to_the_bit(tmp_path):
     assert whole.keys() == resumed.keys()
     for name, value in whole.items():
         assert torch.equal(value, resumed[name]), name
+
+
+def test_views_without_solarisation_draw_the_uniforms_of_before_it():
+    """A pipeline that does not solarise draws the former 35 uniforms a view, so runs made before
+    solarisation existed make the same views from the same seeds (the sums were taken then)."""
+    from ifnd.datasets.device_augment import DRAW_SOLARIZE
+    plain = dict(type='MultiView', num_views=2, transforms=dict(type='MoCoV2View', size=28))
+    solarising = dict(type='MultiView', transforms=[dict(type='ContrastiveView', size=28),
+                                                     dict(type='ContrastiveView', size=28, solarize_p=0.2)])
+    assert DeviceViews(plain).num_draws == DRAW_SOLARIZE
+    assert DeviceViews(solarising).num_draws == NUM_DRAWS
+    torch.manual_seed(0)
+    images = (torch.rand(8, 1, 28, 28) * 255).to(torch.uint8)
+    torch.manual_seed(1)
+    views = DeviceViews(plain)(images)
+    assert [float(v.double().sum()) for v in views] == pytest.approx([10219.33643, 9796.342207], rel=1e-6)

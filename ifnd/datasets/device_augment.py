@@ -4,7 +4,7 @@ The view parameters are those the CPU views (:class:`~ifnd.datasets.transforms.C
 its SimCLR / MoCo v2 presets) resolve from the same config dict, so one config describes both paths.
 
 A batch's random numbers are drawn first, in one call (:meth:`DeviceViews.draw`: uniforms
-``[views, B, NUM_DRAWS]`` from torch's generator of the images' device, which the per-iteration
+``[views, B, num_draws]`` from torch's generator of the images' device, which the per-iteration
 re-seeding covers); the views are then a pure function of the images and those numbers, one column
 per random choice (the ``DRAW_*`` layout below). Each random step is computed for the whole batch and
 kept per sample with ``torch.where``, so no step reads a device value on the host and
@@ -49,6 +49,13 @@ DRAW_BLUR = DRAW_JITTER + 11
 DRAW_FLIP = DRAW_JITTER + 12
 DRAW_SOLARIZE = DRAW_JITTER + 13
 NUM_DRAWS = DRAW_SOLARIZE + 1
+
+
+def draw_width(solarize: bool) -> int:
+    """Uniforms a view takes: the last column only where it solarises."""
+    # Without solarisation the draws keep their former width, so the views of every run made
+    # before solarisation existed are drawn again exactly (same seeds, same images).
+    return NUM_DRAWS if solarize else DRAW_SOLARIZE
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -200,15 +207,16 @@ class DeviceView(nn.Module):
         self.jitter_p, self.grayscale_p = float(p['jitter_p']), float(p['grayscale_p'])
         self.blur_p, self.blur_sigma, self.blur_kernel = float(p['blur_p']), tuple(p['blur_sigma']), p['blur_kernel']
         self.solarize_p, self.solarize_threshold = float(p['solarize_p']), float(p['solarize_threshold'])
+        self.num_draws = draw_width(self.solarize_p > 0)
         self.flip = bool(p['flip'])
 
     def forward(self, images: torch.Tensor, draws: torch.Tensor | None = None) -> torch.Tensor:
         """Views ``[B, 3, h, w]`` (float32 in [0, 1]) of same-size images ``[B, C, H, W]`` (uint8 or float),
-        from the uniforms ``draws`` ``[B, NUM_DRAWS]`` (None: drawn here)."""
+        from the uniforms ``draws`` ``[B, num_draws]`` (None: drawn here)."""
         x = to_float(images)
         n, _, H, W = x.shape
         if draws is None:
-            draws = torch.rand(n, NUM_DRAWS, device=x.device)
+            draws = torch.rand(n, self.num_draws, device=x.device)
         boxes = sample_crops(torch.full((n,), H, device=x.device), torch.full((n,), W, device=x.device),
                              self.scale, self.ratio, draws[:, DRAW_CROP])
         return to_rgb(self.colour(resized_crops(x, boxes, self.size), draws))
@@ -217,7 +225,7 @@ class DeviceView(nn.Module):
         """The colour and flip steps on crops ``[B, C, h, w]`` in [0, 1], RGB or grey (C = 1, kept grey)."""
         n, device = x.shape[0], x.device
         if draws is None:
-            draws = torch.rand(n, NUM_DRAWS, device=device)
+            draws = torch.rand(n, self.num_draws, device=device)
         if self.jitter_p > 0 and any(rng for _, rng in self.jitter):
             x = torch.where(_per_sample(draws[:, DRAW_JITTER] < self.jitter_p), self._jitter(x, draws), x)
         if self.grayscale_p > 0:
@@ -365,6 +373,7 @@ class DeviceViews(nn.Module):
                              f'or a MultiView of them, got {pipeline!r}; use augment_on=\'cpu\' for other pipelines')
         # A view config repeated num_views times gives independent draws from one module.
         self.views = nn.ModuleList([DeviceView(v) for v in views])
+        self.num_draws = max(view.num_draws for view in self.views)
         self.compile_options = compile
         self._same_size, self._coloured = self._same_size_views, self._coloured_views
         if compile is not None:
@@ -373,8 +382,8 @@ class DeviceViews(nn.Module):
             self._coloured = torch.compile(self._coloured_views, **options)
 
     def draw(self, num: int, device: torch.device | str) -> torch.Tensor:
-        """The uniforms ``[views, num, NUM_DRAWS]`` of a batch of ``num`` images, in one call."""
-        return torch.rand(len(self.views), num, NUM_DRAWS, device=device)
+        """The uniforms ``[views, num, draws]`` of a batch of ``num`` images, in one call."""
+        return torch.rand(len(self.views), num, self.num_draws, device=device)
 
     def forward(self, images: torch.Tensor | Sequence[torch.Tensor], draws: torch.Tensor | None = None,
                 mean: torch.Tensor | None = None, std: torch.Tensor | None = None) -> list[torch.Tensor]:
