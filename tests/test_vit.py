@@ -286,3 +286,20 @@ def test_a_trained_vit_in_the_analysis_tools(trained_vit, tmp_path):
             ckpt, '--config', config, '--feature', feature, '--out', str(out), '--num-points', '60',
             '--tsne-iter', '250', '--num-workers', '0', '--threads', '1'])
         assert result['coords'].shape == (60, 2) and out.stat().st_size > 5_000
+
+
+def test_knn_eval_resizes_to_the_vits_input_size(trained_vit, monkeypatch):
+    """A ViT trained on 16-pixel digits evaluated on 28-pixel Fashion-MNIST: its position embedding
+    takes 16 pixels only, so the evaluation view resizes to 16, and the tool says so."""
+    if not osp.isdir('/usr/share/datasets/fashion-mnist'):
+        pytest.skip("Debian's dataset-fashion-mnist is not installed")
+    from ifnd.engine import features
+    lines = []
+    monkeypatch.setattr(features, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    result = load_tool('knn_eval').main([
+        trained_vit.ckpt, '--dataset', 'fmnist', '--k', '5', '--num-workers', '0', '--device', 'cpu',
+        '--cfg-options', 'train_dataset.subset_fraction=0.01', 'val_dataset.subset_fraction=0.02'])
+    assert result['pipeline']['size'] == 16 and 0 <= result['top1']['5'] <= 100
+    assert lines == [f'{trained_vit.ckpt} holds a network that takes 16-pixel images only (a ViT\'s '
+                     'position embedding fixes its input size): the evaluation view resizes to 16 '
+                     'pixels, not 28']

@@ -12,7 +12,7 @@ import os.path as osp
 
 from mmengine.config import Config, DictAction
 
-from ifnd.engine import build_eval_dataset, extract_features
+from ifnd.engine import build_eval_dataset, extract_features, fit_eval_view
 from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
                                    resolve_device)
 from ifnd.engine.input_errors import input_errors_as_messages
@@ -136,6 +136,11 @@ def run(args: argparse.Namespace) -> dict:
     device = resolve_device(args.device)
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
+    pipeline = fit_eval_view(settings['pipeline'], encoder.backbone, args.checkpoint)
+    if pipeline is not settings['pipeline']:
+        settings['pipeline'] = pipeline
+        bank_set = build_eval_dataset(settings['train_dataset'], pipeline)
+        query_set = build_eval_dataset(settings['val_dataset'], pipeline)
     kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers)
     bank, bank_labels = extract_features(encoder, bank_set, desc='kNN bank', **kwargs)
     query, query_labels = extract_features(encoder, query_set, desc='kNN queries', **kwargs)

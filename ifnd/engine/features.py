@@ -1,12 +1,14 @@
 """Feature extraction over a whole data set, sharded across ranks and gathered as tensors."""
 import contextlib
 import copy
+import logging
 import sys
 from collections.abc import Iterator
 
 import torch
 from mmengine.dataset import default_collate
 from mmengine.dist import all_gather, get_dist_info, is_main_process
+from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -19,6 +21,18 @@ from ifnd.registry import DATASETS
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     """The algorithm inside a DDP/FSDP wrapper, or the model itself."""
     return model.module if is_model_wrapper(model) else model
+
+
+def fit_eval_view(pipeline: dict | None, backbone: torch.nn.Module, source: str) -> dict | None:
+    """The evaluation view at the backbone's fixed input size (a ViT's), said where it changes."""
+    required = getattr(backbone, 'input_size', None)
+    if required is None or not isinstance(pipeline, dict) or pipeline.get('type') != 'EvalView' \
+            or pipeline.get('size') in (required, [required, required], (required, required)):
+        return pipeline
+    print_log(f'{source} holds a network that takes {required}-pixel images only (a ViT\'s position '
+              f'embedding fixes its input size): the evaluation view resizes to {required} pixels, '
+              f'not {pipeline.get("size")}', logger='current', level=logging.WARNING)
+    return {key: value for key, value in pipeline.items() if key != 'resize'} | {'size': required}
 
 
 def build_eval_dataset(dataset_cfg: dict, pipeline: dict | None) -> Dataset:
