@@ -119,6 +119,27 @@ def test_a_step_is_the_reference_on_its_queries_and_updated_keys(treatment):
     torch.testing.assert_close(loss.double(), want, rtol=1e-5, atol=1e-6)
 
 
+
+@pytest.mark.parametrize('backbone, passes', [
+    (TINY_VIT, [12]),  # LayerNorm only: both views in one pass
+    (dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True, channels=(8, 8, 8, 8)), [6, 6]),
+], ids=['vit', 'resnet'])
+def test_a_batch_norm_backbone_sees_each_view_on_its_own(backbone, passes):
+    """MoCo v3 runs one forward a view: a ResNet's BN statistics are each view's, in both encoders
+    (the authors' two forwards); a ViT takes both views in one pass, which is the same."""
+    torch.manual_seed(0)
+    model = MODELS.build(dict(type='MoCoV3', backbone=backbone, neck=HEAD, predictor=PREDICTOR,
+                              temperature=0.2, momentum=0.9))
+    model.train()
+    model.set_progress(0, 10)
+    seen = {'backbone': [], 'momentum_backbone': []}
+    for name in seen:
+        getattr(model, name).register_forward_hook(
+            lambda module, args, out, name=name: seen[name].append(args[0].shape[0]))
+    views = [torch.rand(6, 3, 16, 16) for _ in range(2)]
+    model.loss(views, {'index': torch.arange(6)})
+    assert seen == {'backbone': passes, 'momentum_backbone': passes}
+
 def test_the_momentum_follows_the_cosine_schedule():
     assert cosine_momentum(0.99, 0, 100) == 0.99
     assert cosine_momentum(0.99, 50, 100) == pytest.approx(0.995, rel=1e-12)

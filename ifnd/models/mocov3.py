@@ -17,6 +17,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from mmengine.dist import get_dist_info
 
 from ifnd.dist import gather_no_grad
@@ -68,6 +69,8 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
         self.momentum = self.base_momentum
         self.max_iters: int | None = None  # set by MomentumScheduleHook before each iteration
         self.records_detection = self.detector is not None or self.weighting is None
+        self._batch_norm_backbone = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                                        for m in self.backbone.modules())
 
     def set_progress(self, iteration: int, max_iters: int) -> None:
         """The iterations done and the run's total: sets this iteration's momentum."""
@@ -82,10 +85,19 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
         # The heads' BN normalises each view's batch on its own, as the paper's two forwards.
         return torch.cat([fn(part) for part in features.chunk(2)])
 
+    def _backbone_views(self, backbone: nn.Module, views: torch.Tensor) -> torch.Tensor:
+        """Backbone features of the two views ``[2M, ...]``: one pass, or one a view where BN would
+        mix them."""
+        # A ViT (LayerNorm only) gives each image the features of two separate passes in one; a
+        # ResNet's BN would normalise over both views at once, where MoCo v3 runs one forward a view.
+        if self._batch_norm_backbone:
+            return self._per_view(backbone, views)
+        return backbone(views)
+
     @torch.no_grad()
     def keys(self, inputs: torch.Tensor) -> torch.Tensor:
         """Normalised keys of the momentum encoder for the two views ``[2M, ...]``, per view."""
-        feats = self.momentum_backbone(inputs)
+        feats = self._backbone_views(self.momentum_backbone, inputs)
         return self._per_view(lambda f: F.normalize(self.momentum_neck(f).float(), dim=1), feats)
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
@@ -96,9 +108,7 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
                                "dict(type='MomentumScheduleHook') to default_hooks (it is in "
                                'configs/_base_/default_runtime.py) or call set_progress()')
         views = torch.cat(inputs[:2])
-        # One backbone pass for both views: a ViT (LayerNorm only) gives each image the features
-        # of two separate passes; the heads below see each view's batch on its own.
-        features = self.backbone(views)
+        features = self._backbone_views(self.backbone, views)  # the heads: each view on its own
         self._momentum_update()  # the key encoder only, before the keys, as the paper's step
         keys = self.keys(views)
         support = None
