@@ -1,14 +1,12 @@
-# HCSC's instance selection on Fashion-MNIST (SimCLR base, ResNet-18): k-means with [10, 30, 100]
-# clusters every 5 epochs (independent levels, not HCSC's nested k-means), every label used from
-# epoch 20 on (HCSC's warm-up, 20 of 200 epochs); each negative is dropped at random with the
-# probability that it shares the anchor's cluster (HCSCSelection, T = 0.2), then eliminated.
-# score='pcl': the round computes PCL's concentrations, HCSC's per-prototype temperatures.
-_base_ = ['../simclr/simclr_r18_200e_fmnist.py', '../_base_/pseudo_labels.py',
-          '../_base_/fn_detection.py']
+# HCSC's instance selection on Fashion-MNIST (SimCLR base, ResNet-18) on IFND's clustering
+# (ifnd_r18_200e_fmnist.py: k-means with [10, 30, 100] clusters every 5 epochs, independent levels,
+# not HCSC's nested k-means), every label used from epoch 20 on (HCSC's warm-up, 20 of 200 epochs);
+# each negative is dropped at random with the probability that it shares the anchor's cluster
+# (HCSCSelection, T = 0.2), then eliminated. score='pcl': the round computes PCL's
+# concentrations, HCSC's per-prototype temperatures.
+_base_ = ['../ifnd/ifnd_r18_200e_fmnist.py']
 
 model = dict(type='HCSC')  # elimination, the preset's treatment
-pseudo_label_hook = dict(
-    _base_.pseudo_label_hook, num_clusters=[10, 30, 100], interval=5, score='pcl',
-    acceptance=dict(type='StepAcceptance', step_epoch=20, final_rate=1.0),
-    pipeline=_base_.eval_pipeline)
+pseudo_label_hook = dict(_base_.pseudo_label_hook, score='pcl',
+                         acceptance=dict(type='StepAcceptance', step_epoch=20, final_rate=1.0))
 custom_hooks = [pseudo_label_hook, _base_.knn_hook, _base_.fn_detection_hook]
