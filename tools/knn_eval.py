@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> dict:
     device = resolve_device(args.device)
     backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
+    # Only a ViT trained at another size changes the view: the data sets are built again then,
+    # since the data's checks above come before the checkpoint is read.
     pipeline = fit_eval_view(settings['pipeline'], encoder.backbone, args.checkpoint)
     if pipeline is not settings['pipeline']:
         settings['pipeline'] = pipeline

@@ -11,7 +11,8 @@ from .cli import main
 from .merge import check_previous, merge, next_seed, read_previous, settings_differences
 from .plan import (augment_options, backbone_options, cfg_options, hook_index, linear_options,
                    load_config, make_plans, train_command, training_data, write_split)
-from .protocol import DATASETS, METHODS, PRESETS, REHEARSAL, VIT_REHEARSAL, Dataset, Method, own_options
+from .protocol import (DATASETS, METHODS, PRESETS, REHEARSAL, VIT_REHEARSAL, Dataset, Method,
+                       own_options)
 from .report import markdown_tables, plot
 from .results import (collect, detection_over_training, final_knn_top1, flagged_negatives,
                       last_round, pick_level, read_scalars)
@@ -21,8 +22,8 @@ from .stats import fieller_interval, mean_sd, summarise, t_interval
 __all__ = ['main', 'check_previous', 'merge', 'next_seed', 'read_previous',
            'settings_differences', 'augment_options', 'backbone_options', 'cfg_options',
            'hook_index', 'linear_options', 'load_config', 'make_plans', 'train_command',
-           'training_data', 'write_split', 'DATASETS', 'METHODS', 'PRESETS', 'REHEARSAL', 'VIT_REHEARSAL',
-           'Dataset', 'Method', 'own_options', 'parse_args', 'resolve_config', 'markdown_tables',
+           'training_data', 'write_split', 'DATASETS', 'METHODS', 'PRESETS', 'REHEARSAL',
+           'VIT_REHEARSAL', 'Dataset', 'Method', 'own_options', 'parse_args', 'resolve_config', 'markdown_tables',
            'plot', 'collect', 'detection_over_training', 'final_knn_top1', 'flagged_negatives',
            'last_round', 'pick_level', 'read_scalars', 'TimeLimit', 'run_plan', 'training_device',
            'fieller_interval', 'mean_sd', 'summarise', 't_interval']

@@ -244,7 +244,8 @@ PRESETS = {
                          method_options={}, amp=True, augment_on='device', jobs=4,
                          time_limit=480.0),
 }
-# The presets sized for one 8-minute GPU run (refused without CUDA unless rehearsed or dry).
-SLOT_PRESETS = ('gpu-slot', 'vit-gpu-slot')
+# The presets sized for one GPU run within their time limit (refused without CUDA unless rehearsed
+# or dry).
+SLOT_PRESETS = tuple(name for name, preset in PRESETS.items() if preset.get('time_limit'))
 # Defaults of the options a preset may leave unset.
 DEFAULTS = dict(amp=False, jobs=1)

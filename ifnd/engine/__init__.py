@@ -13,6 +13,5 @@ from .runner import SafeLoadRunner
 from .work_dir import check_new_run, remove_run, resume_checkpoint
 
 __all__ = ['SafeLoadRunner', 'check_new_run', 'remove_run', 'resume_checkpoint',
-           'build_eval_dataset', 'extract_features', 'fit_eval_view', 'unwrap_model', 'AutoAmpOptimWrapper',
-           'amp_options',
-           'LayerDecayOptimWrapperConstructor']
+           'build_eval_dataset', 'extract_features', 'fit_eval_view', 'unwrap_model',
+           'AutoAmpOptimWrapper', 'amp_options', 'LayerDecayOptimWrapperConstructor']

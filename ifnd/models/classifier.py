@@ -73,11 +73,12 @@ class ImageClassifier(BaseModel):
         checkpoint = load_checkpoint_file(pretrained) if pretrained else None
         if checkpoint is not None and not _fits(backbone, checkpoint, pretrained):
             configured, backbone = backbone, resolve_backbone_config(checkpoint, pretrained)
-            backbone.update(_training_settings(configured, backbone))
+            kept = _training_settings(configured, backbone)
+            backbone.update(kept)
             print_log(f'ImageClassifier: model.backbone {dict(configured)} does not fit {pretrained}; '
-                      f'using the checkpoint\'s backbone {backbone} (the configured '
-                      f'{", ".join(TRAINING_SETTINGS)} kept)', logger='current',
-                      level=logging.WARNING)
+                      f'using the checkpoint\'s backbone {backbone}'
+                      + (f' (the configured {", ".join(kept)} kept)' if kept else ''),
+                      logger='current', level=logging.WARNING)
         self.backbone = MODELS.build(backbone)
         self.num_classes = num_classes
         self.pretrained = pretrained
