@@ -1,4 +1,5 @@
-# Set-up and entry points. `make demo` and `make test` install what they need first.
+# Set-up and entry points. `make demo` and `make test` install what they need first (the package and
+# its tested requirements, then the data).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -16,8 +17,8 @@ $(STAMP): setup.py requirements/constraints.txt
 
 install: $(STAMP)
 
-# The demo's data: Debian's dataset-fashion-mnist where apt can install it, else torchvision's
-# downloader into data/fashion-mnist.
+# The data the demo trains on and the tests read: Debian's dataset-fashion-mnist where apt can
+# install it, else torchvision's downloader into data/fashion-mnist.
 data: install
 	@if [ -f $(FMNIST_DEBIAN)/train-images-idx3-ubyte.gz ]; then \
 	    echo ">> Fashion-MNIST found in $(FMNIST_DEBIAN)"; \
@@ -36,7 +37,7 @@ data: install
 demo: data
 	$(PY) tools/demo.py
 
-test: install
+test: data
 	$(PY) -m pytest tests -q -n auto --dist loadfile
 
 clean:

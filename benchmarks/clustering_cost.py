@@ -26,6 +26,10 @@ import sys
 import tempfile
 from typing import Sequence
 
+
+if not __package__:  # started as `python benchmarks/NAME.py`: import the package from the repository
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

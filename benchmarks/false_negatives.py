@@ -70,7 +70,11 @@ Example::
     python -m benchmarks.false_negatives --preset cpu --methods glofnd --previous fn_cpu.json \\
         --out fn_cpu_glofnd.json
 """
+import os
 import sys
+
+if not __package__:  # started as `python benchmarks/NAME.py`: import the package from the repository
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.fn_harness import *  # noqa: F401,F403  (its API, for callers that import this module)
 from benchmarks.fn_harness import main

@@ -56,6 +56,10 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
+
+if not __package__:  # started as `python benchmarks/NAME.py`: import the package from the repository
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import torch
 
 from benchmarks.common import REPO, HelpFormatter, describe_device, digits_as_fmnist

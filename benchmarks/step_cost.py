@@ -46,11 +46,15 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import os.path as osp
 import statistics
 import sys
 import time
 from typing import Callable, Sequence
+
+if not __package__:  # started as `python benchmarks/NAME.py`: import the package from the repository
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 from mmengine.config import Config, DictAction

@@ -44,6 +44,10 @@ import sys
 import time
 from typing import Sequence
 
+
+if not __package__:  # started as `python benchmarks/NAME.py`: import the package from the repository
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from benchmarks.common import HelpFormatter, describe_device, make_jpeg_folder, resolve_device
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))

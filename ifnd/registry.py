@@ -51,10 +51,10 @@ ACCEPTANCES = Registry('acceptance', scope='ifnd', locations=['ifnd.clustering']
 
 
 
-def parameter_types(cls: Any) -> dict[str, Any]:
-    """The keywords a registered class (or function) takes, with their annotations, following
-    ``**kwargs`` that a class passes on to its base classes (the subclass's first)."""
-    found: dict[str, Any] = {}
+def _keyword_signatures(cls: Any) -> list[tuple[Any, dict[str, inspect.Parameter]]]:
+    """The callables whose keywords a registered class (or function) takes, each with those
+    keywords: its ``__init__`` and the bases' that its ``**kwargs`` reach (the subclass's first)."""
+    found = []
     targets = [c.__init__ for c in cls.__mro__ if '__init__' in vars(c) and c is not object] \
         if isinstance(cls, type) else [cls]
     for target in targets:
@@ -62,13 +62,32 @@ def parameter_types(cls: Any) -> dict[str, Any]:
             params = inspect.signature(target).parameters
         except (TypeError, ValueError):
             break
+        found.append((target, {name: param for name, param in params.items()
+                               if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)}))
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return found
+
+
+def parameter_types(cls: Any) -> dict[str, Any]:
+    """The keywords a registered class (or function) takes, with their annotations, following
+    ``**kwargs`` that a class passes on to its base classes (the subclass's first)."""
+    found: dict[str, Any] = {}
+    for target, params in _keyword_signatures(cls):
         try:
             hints = typing.get_type_hints(target, include_extras=True)
         except Exception:  # unresolvable forward references: keep the plain annotations
             hints = {}
         for name, param in params.items():
-            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-                found.setdefault(name, hints.get(name, param.annotation))
-        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            break
+            found.setdefault(name, hints.get(name, param.annotation))
     return found
+
+
+def parameter_defaults(cls: Any) -> dict[str, Any]:
+    """The keywords a registered class (or function) takes with their defaults, as
+    :func:`parameter_types` finds them (a keyword without a default is left out)."""
+    found: dict[str, Any] = {}
+    for _, params in _keyword_signatures(cls):
+        for name, param in params.items():
+            found.setdefault(name, param.default)
+    return {name: default for name, default in found.items() if default is not inspect.Parameter.empty}

@@ -4,6 +4,7 @@ key, the value and what the key takes. It imports nothing of the package: every 
 Bools are not numbers here (``beta=True`` is a slip, not 1.0), and a float must be finite in
 float32, the precision the losses and the per-sample state compute in (1e300 would be inf there).
 """
+import difflib
 import math
 import numbers
 import typing
@@ -16,6 +17,14 @@ SEED_LIMIT = 2 ** 32  # numpy's seeds are in [0, 2**32); run seeds and the parts
 # e^-87, float32's smallest normal number, so the loss is an arg-max hinge 1/τ times its usual
 # size, and near τ = 1e-20 the gradients overflow float32 (the loss is NaN at the second step).
 MIN_TEMPERATURE = 1e-3
+# Largest width, length or count a model's setting may give: far above any real architecture
+# (ResNet-50's widest layer is 2048, ViT-22B's width 6144, MoCo's queue 65536), far below an
+# allocation that hurts.
+MAX_SIZE = 1 << 20
+# Most memory a model's weights and buffers may need, whoever states its sizes (a config, a
+# checkpoint, a command line): sizes that pass one by one can still multiply (a 10^6-wide head on
+# a 10^6 queue); ResNet-50 IFNDMoCo needs 0.3 GB, ViT-g/14 4 GB.
+MAX_MODEL_BYTES = 8 << 30
 
 
 class Bound(typing.NamedTuple):
@@ -23,6 +32,15 @@ class Bound(typing.NamedTuple):
     ``Annotated[int, Bound(1, 64)]``."""
     low: int
     high: int
+
+
+class ReadWhen(typing.NamedTuple):
+    """A part's setting read only when another of its settings passes ``test`` (``condition`` in
+    words), declared by the part as ``read_when = {key: ReadWhen(...)}``: the config checks warn
+    where such a setting is given and would not be read."""
+    setting: str
+    condition: str
+    test: typing.Callable[[typing.Any], bool]
 
 
 def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
@@ -104,10 +122,23 @@ def check_logit_scale(owner: str, temperature: float, beta: float) -> None:
 
 def check_options(owner: str, options: object, known: dict) -> dict:
     """A dict-valued setting (``acceptance=dict(...)``): a dict whose keys are all in ``known``."""
+    takes = ', '.join(map(str, known)) if known else 'no settings'
     if not isinstance(options, dict):
-        raise TypeError(f'{owner} must be a dict of {", ".join(known)}, got {options!r} '
-                        f'({type(options).__name__})')
+        raise TypeError(f'{owner} must be a dict ({"of " if known else "with "}{takes}), got '
+                        f'{options!r} ({type(options).__name__})')
     unknown = sorted(set(options) - set(known), key=str)
     if unknown:
-        raise ValueError(f'{owner} takes {", ".join(known)}, not {", ".join(map(str, unknown))}')
+        close = [match for key in unknown for match in
+                 difflib.get_close_matches(str(key), list(map(str, known)), n=1, cutoff=0.6)]
+        fix = f'did you mean {", ".join(close)}?' if close else \
+            f'remove {"it" if len(unknown) == 1 else "them"}'
+        raise ValueError(f'{owner} takes {takes}, not {", ".join(map(str, unknown))}: {fix}')
     return options
+
+
+def format_bytes(size: int) -> str:
+    """A memory size for messages: ``'6.1 GB'``, ``'45.3 MB'``, ``'12 kB'``, ``'4 bytes'``."""
+    for unit, scale in (('GB', 1e9), ('MB', 1e6)):
+        if size >= scale / 10:
+            return f'{size / scale:.1f} {unit}'
+    return f'{size / 1e3:.0f} kB' if size >= 1000 else f'{size} bytes'

@@ -10,6 +10,19 @@ import torch
 os.environ['OMP_NUM_THREADS'] = '1'
 torch.set_num_threads(1)
 
+# Debian's dataset-fashion-mnist, the configs' default data_root; `make test` installs it (`make data`).
+FASHION_MNIST = '/usr/share/datasets/fashion-mnist'
+
+
+@pytest.fixture(scope='session')
+def fashion_mnist() -> str:
+    """The real Fashion-MNIST folder; a test that reads it fails (never skips) where it is missing."""
+    if not os.path.isfile(os.path.join(FASHION_MNIST, 't10k-labels-idx1-ubyte.gz')):
+        pytest.fail(f'Fashion-MNIST is not in {FASHION_MNIST}: run the tests with `make test`, which '
+                    "installs Debian's dataset-fashion-mnist there when run as root (`make data`); "
+                    'otherwise `sudo apt-get install dataset-fashion-mnist`', pytrace=False)
+    return FASHION_MNIST
+
 
 @pytest.fixture(autouse=True)
 def _own_mmengine_instances():

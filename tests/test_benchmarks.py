@@ -2,6 +2,7 @@
 import importlib
 import json
 import math
+import os
 import os.path as osp
 import re
 import shlex
@@ -1112,3 +1113,17 @@ def test_false_negatives_refuses_a_time_limit_that_would_not_limit(capsys, value
         _load('false_negatives').main(['--dry-run', '--seeds', '0', '--time-limit', value])
     assert f'--time-limit must be a finite number of seconds >= 0 (0: no limit), got {float(value)}' \
         in capsys.readouterr().err
+
+
+def test_every_benchmark_entry_point_runs_as_a_script_from_anywhere(tmp_path):
+    """``python benchmarks/NAME.py``, as older docs and habit type it, works like ``python -m
+    benchmarks.NAME`` (here: its help), also started from another folder."""
+    entries = sorted(name[:-3] for name in os.listdir(BENCHMARKS)
+                     if name.endswith('.py') and "if __name__ == '__main__'" in open(osp.join(BENCHMARKS, name)).read())
+    assert {'false_negatives', 'gpu_report', 'step_cost'} <= set(entries)
+    started = {name: subprocess.Popen([sys.executable, osp.join(BENCHMARKS, f'{name}.py'), '--help'], cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for name in entries}
+    for name, process in started.items():
+        out = process.communicate(timeout=120)[0]
+        assert process.returncode == 0 and out.startswith(f'usage: {name}.py'), out[-2000:]

@@ -352,13 +352,16 @@ def test_knn_eval_asks_for_data_when_a_peer_config_is_not_ours(files):
 
 
 # Vision Transformers: timm's VisionTransformer as the source network, at 16 pixels in 4-pixel
-# patches. MoCo v3's ViTs have 12 heads (its vits.py), DINO's 64-wide ones (its vision_transformer.py).
-VIT_SOURCES = {'moco_v3': dict(embed_dim=48, num_heads=12), 'dino': dict(embed_dim=128, num_heads=2),
-               'dino_hub': dict(embed_dim=128, num_heads=2)}
+# patches. MoCo v3's ViTs have 12 heads (its vits.py), which its file's arch states; DINO's ViT-S
+# 6 (its vision_transformer.py), which its file does not (the zoo's index does).
+VIT_SOURCES = {'moco_v3': dict(embed_dim=48, num_heads=12), 'dino': dict(embed_dim=96, num_heads=6),
+               'dino_hub': dict(embed_dim=96, num_heads=6)}
+# The heads the file states (None: the reader asks for them).
+VIT_STATED_HEADS = {'moco_v3': 12, 'dino': None, 'dino_hub': None}
 VIT_EXPECTED = {'moco_v3': dict(type='ViTBackbone', model_name='vit_small_patch16_224', img_size=16,
                                 patch_size=4, embed_dim=48, depth=2, num_heads=12),
                 'dino': dict(type='ViTBackbone', model_name='vit_small_patch16_224', img_size=16,
-                             patch_size=4, embed_dim=128, depth=2, num_heads=2)}
+                             patch_size=4, embed_dim=96, depth=2, num_heads=6)}
 VIT_EXPECTED['dino_hub'] = VIT_EXPECTED['dino']
 
 
@@ -418,12 +421,18 @@ VIT_LAYOUTS = {'moco_v3': moco_v3_vit, 'dino': dino_backbone_only, 'dino_hub': d
 
 
 @pytest.mark.parametrize('kind', list(VIT_LAYOUTS))
-def test_vit_layouts_load_without_flags_and_compute_the_source_network(kind, tmp_path):
+def test_vit_layouts_load_and_compute_the_source_network(kind, tmp_path):
+    """Without a flag where the file states the heads; otherwise one line asks for them."""
     net = vit_source(kind)
     body = net.state_dict()
     path = str(tmp_path / f'{kind}_vit.pth')
     torch.save(VIT_LAYOUTS[kind](body), path)
-    encoder = load_encoder(path).eval()
+    heads = VIT_STATED_HEADS[kind]
+    if heads is None:
+        with pytest.raises(ValueError, match=f'^{path} holds a Vision Transformer 96 wide, whose '
+                           'attention heads .* pass --num-heads N'):
+            load_encoder(path)
+    encoder = load_encoder(path, num_heads=None if heads else VIT_SOURCES[kind]['num_heads']).eval()
     assert {k: v for k, v in encoder.backbone_cfg.items() if k != 'pretrained'} == VIT_EXPECTED[kind]
     state = encoder.backbone.model.state_dict()
     assert set(state) == set(body) and all(torch.equal(state[k], body[k]) for k in body)
@@ -433,15 +442,19 @@ def test_vit_layouts_load_without_flags_and_compute_the_source_network(kind, tmp
 
 
 @pytest.mark.parametrize('name, heads, expected', [
-    ('vit_small_patch16_224', None, dict(type='ViTBackbone', model_name='vit_small_patch16_224')),
-    ('vit_base_patch16_224', None, dict(type='ViTBackbone', model_name='vit_base_patch16_224')),
+    ('vit_small_patch16_224', 6, dict(type='ViTBackbone', model_name='vit_small_patch16_224', num_heads=6)),
+    ('vit_base_patch16_224', 12, dict(type='ViTBackbone', model_name='vit_base_patch16_224', num_heads=12)),
     ('vit_small_patch16_224', 12, dict(type='ViTBackbone', model_name='vit_small_patch16_224', num_heads=12)),
 ])
 def test_published_vit_sizes_are_read_from_their_shapes(name, heads, expected):
     import timm
+
+    from ifnd.models.vit_architecture import UnstatedHeads
     with torch.device('meta'):  # ViT-S/16, ViT-B/16: DINO's and MoCo v3's shapes, no memory
         state = timm.create_model(name, num_classes=0).state_dict()
     assert infer_backbone_config(state, heads) == expected
+    with pytest.raises(UnstatedHeads):  # the same shapes have 6 heads in DINO, 12 in MoCo v3
+        infer_backbone_config(state)
 
 
 def test_linear_classifier_keeps_the_heads_a_moco_v3_vit_states(tmp_path):

@@ -117,7 +117,7 @@ def test_hook_temperature_is_the_kappa_temperature(tmp_path, monkeypatch):
 
 def test_hook_refuses_bad_temperature_and_unknown_keys(tmp_path):
     init_default_scope('ifnd')
-    with pytest.raises(ValueError, match=r'temperature \(τ of κ\) must be positive'):
+    with pytest.raises(ValueError, match=r'PseudoLabelHook temperature must be a float >= 0\.001, got 0\.0'):
         HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5], temperature=0.0))
     with pytest.raises(TypeError, match='temprature'):
         HOOKS.build(dict(type='PseudoLabelHook', num_clusters=[5], temprature=0.1))

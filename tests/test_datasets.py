@@ -14,7 +14,6 @@ from ifnd.registry import DATASETS, TRANSFORMS
 
 from fake_data import fake_cifar, fake_fmnist, write_idx
 
-REAL_FMNIST = '/usr/share/datasets/fashion-mnist'
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -256,9 +255,8 @@ def test_fashion_mnist_missing_files(tmp_path):
         FashionMNIST(str(tmp_path), split='test')
 
 
-@pytest.mark.skipif(not os.path.isdir(REAL_FMNIST), reason='Debian dataset-fashion-mnist not installed')
-def test_fashion_mnist_real():
-    train, test = FashionMNIST(split='train'), FashionMNIST(split='test')
+def test_fashion_mnist_real(fashion_mnist):
+    train, test = FashionMNIST(fashion_mnist, split='train'), FashionMNIST(fashion_mnist, split='test')
     assert (len(train), len(test)) == (60000, 10000)
     assert np.bincount(test.labels).tolist() == [1000] * 10
     _check_item(test[9999], 9999, shape=(28, 28))

@@ -6,14 +6,16 @@ import os
 import os.path as osp
 import signal
 import socket
+import time
 
 import pytest
-from helpers import digits_config_file, train_error
+from helpers import digits_config, digits_config_file, train_error, train_tool
 from test_zoo import peer_files, zoo_env  # noqa: F401 (fixtures)
 
 from ifnd import zoo
 from ifnd.engine.work_dir import hold_work_dir, resume_checkpoint
-from ifnd.fileio import NotAPlainFile, check_plain_file, open_plain, read_checkpoint
+from ifnd.engine.run_paths import DUMP_MARK
+from ifnd.fileio import AtomicLocalBackend, NotAPlainFile, check_plain_file, open_plain, read_checkpoint
 from ifnd.fileio.json_files import read_json
 
 KINDS = ('symbolic link', 'hard link', 'FIFO', 'socket', 'folder')
@@ -48,7 +50,8 @@ def plant(path, kind: str, tmp_path) -> str:
         os.mkfifo(path)
     elif kind == 'socket':
         server = socket.socket(socket.AF_UNIX)
-        server.bind(path)  # the socket file stays after the socket is closed
+        with contextlib.chdir(osp.dirname(path)):  # a name, not the path: AF_UNIX takes 107 bytes
+            server.bind(osp.basename(path))  # the socket file stays after the socket is closed
         server.close()
     else:
         os.mkdir(path)
@@ -176,3 +179,163 @@ def test_a_hard_link_in_the_zoo_cache_is_never_written_through(peer_files, zoo_e
     assert 'hard link' in message and planted in message and '\n' not in message, message
     _kept(victim)
     assert server.requests == []
+
+
+# ------------------------------------------------------------------- every path a training run writes
+# Each path a run writes (relative to the test's folder; {ts} a log folder name mmengine may give
+# the run), with whether a folder is expected there. The config's CheckpointHook has out_dir='out'.
+RUN_PATHS = {
+    'work dir': ('run', True),
+    'config dump': ('run/cfg.py', False),
+    'timestamp folder': ('run/{ts}', True),
+    'log file': ('run/{ts}/{ts}.log', False),
+    'vis_data folder': ('run/{ts}/vis_data', True),
+    'vis_data file': ('run/{ts}/vis_data/scalars.json', False),
+    'TensorBoard events': ('run/{ts}/vis_data/events.out.tfevents.{seconds}.{host}.{pid}.0', False),
+    'pseudo_labels folder': ('run/pseudo_labels', True),
+    'out_dir folder': ('out/run', True),
+}
+# What the one line calls each kind planted, where a file is expected and where a folder is.
+NAMED = {'symbolic link': ('a symbolic link', 'a symbolic link'), 'hard link': ('a hard link', 'a file'),
+         'FIFO': ('a FIFO', 'a FIFO'), 'socket': ('a socket', 'a socket'), 'folder': ('a folder', 'a file')}
+
+
+def _upcoming_log_folders(seconds: int = 8) -> list[tuple[str, int]]:
+    """The log folder names (and their seconds) mmengine gives a run started in the next ``seconds``."""
+    now = int(time.time())
+    return [(time.strftime('%Y%m%d_%H%M%S', time.localtime(t)), t) for t in range(now - 1, now + seconds)]
+
+
+def _tree(root) -> dict:
+    """Every entry under ``root`` (links not followed): a link's target, a file's bytes, else its kind."""
+    found = {}
+    for folder, names, files in os.walk(root):
+        for name in names + files:
+            path = osp.join(folder, name)
+            rel = osp.relpath(path, root)
+            if osp.islink(path):
+                found[rel] = 'link to ' + os.readlink(path)
+            elif osp.isfile(path):
+                with open(path, 'rb') as f:
+                    found[rel] = f.read()
+            else:
+                found[rel] = 'folder' if osp.isdir(path) else 'other'
+    return found
+
+
+def _run_paths_config(tmp_path) -> str:
+    """IFND on digits with its pseudo-label hook, TensorBoard and a CheckpointHook out_dir."""
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='IFND', temperature=0.5), max_epochs=1,
+                        pseudo_labels=dict(num_clusters=[10], interval=1))
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    cfg.visualizer.vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]
+    cfg.default_hooks.checkpoint.out_dir = str(tmp_path / 'out')
+    path = str(tmp_path / 'cfg.py')
+    cfg.dump(path)
+    return path
+
+
+@pytest.mark.parametrize('where', RUN_PATHS)
+@pytest.mark.parametrize('kind', KINDS)
+def test_every_path_a_run_writes_refuses_each_kind_before_anything_is_written(tmp_path, where, kind):
+    """mmengine's files (the config dump, the log folder named by the start time, its log, vis_data
+    and TensorBoard files) and the project's folders: a link, FIFO, socket or the wrong kind of entry
+    is named in one line before any is written; nothing outside changes, nothing waits."""
+    config = _run_paths_config(tmp_path)
+    relative, folder = RUN_PATHS[where]
+    (tmp_path / 'elsewhere').mkdir()
+    planted = []
+    for ts, seconds in _upcoming_log_folders() if '{ts}' in relative else [('', 0)]:
+        path = tmp_path / relative.format(ts=ts, seconds=f'{seconds:010d}', host=socket.gethostname(),
+                                          pid=os.getpid())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if folder and kind == 'symbolic link':  # a folder elsewhere, which the run would fill
+            path.symlink_to(tmp_path / 'elsewhere')
+        elif folder and kind == 'folder':  # a file where a folder is expected
+            path.write_bytes(b'a file')
+        else:
+            plant(path, kind, tmp_path)
+        planted.append(str(path))
+    before = _tree(tmp_path)
+    with no_hang():
+        message = train_error(config)
+    assert message.startswith('error: ') and any(f'{path} is {NAMED[kind][folder]}' in message
+                                                 for path in planted), message
+    assert 'delete it' in message or '--work-dir' in message, message
+    after = _tree(tmp_path)
+    new = sorted(set(after) - set(before))
+    assert set(new) <= {'run', 'run/.run.lock'}, f'written before the refusal: {new}'  # the held work dir
+    assert after == {**before, **{name: after[name] for name in new}}, 'nothing is changed'
+
+
+def test_a_run_keeps_a_users_file_of_its_dumps_name_and_rewrites_its_own(tmp_path):
+    """The config dump is written atomically under a first line that marks it: a resumed run rewrites
+    its own dump, and a user's file of the dump's name (no mark) is kept, with a warning in the log."""
+    config = digits_config_file(tmp_path)
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'cfg.py').write_text('# my notes on this run\n')
+    train_tool.main([config])
+    assert (run / 'cfg.py').read_text() == '# my notes on this run\n'
+    logs = [p.read_text() for p in run.glob('*/*.log')]
+    assert any(f'kept {run / "cfg.py"}: a file of that name that no run dumped' in log for log in logs)
+    (run / 'cfg.py').unlink()
+    train_tool.main([config, '--resume'])
+    dump = (run / 'cfg.py').read_text()
+    assert dump.startswith(DUMP_MARK) and "log_level = 'WARNING'" in dump
+    train_tool.main([config, '--resume', '--cfg-options', 'log_level=ERROR'])
+    assert "log_level = 'ERROR'" in (run / 'cfg.py').read_text(), 'its own dump is rewritten'
+    assert not list(run.glob('.tmp_*')), 'written whole: no temp file is left'
+    from mmengine.config import Config
+    assert Config.fromfile(str(run / 'cfg.py')).work_dir == str(run), 'the dump reads as a config'
+
+
+@pytest.mark.parametrize('kind', ('folder', 'socket', 'FIFO'))
+def test_a_file_written_whole_names_what_is_in_its_way(tmp_path, kind):
+    """Checkpoints, pseudo labels and JSON results go to a temp file renamed over the name: a folder,
+    socket or FIFO there is named with the fix, not met with free-space advice or a bare errno."""
+    path = tmp_path / 'epoch_1.pth'
+    plant(path, kind, tmp_path)
+    with no_hang(), pytest.raises(NotAPlainFile) as err:
+        AtomicLocalBackend().put(b'weights', str(path))
+    message = str(err.value)
+    assert message.startswith(f'{path} is a {kind}') and 'not the plain file expected; delete it' in message
+    assert 'Free space' not in message and 'Errno' not in message and '\n' not in message
+    (tmp_path / 'pseudo_labels').write_bytes(b'a file where the labels folder goes')
+    with pytest.raises(NotAPlainFile, match=r'pseudo_labels is a file, not the folder expected; delete it'):
+        AtomicLocalBackend().put(b'labels', str(tmp_path / 'pseudo_labels' / 'epoch_0001.npz'))
+    assert sorted(os.listdir(tmp_path)) == sorted(['epoch_1.pth', 'pseudo_labels', f'victim_{kind}']), \
+        'the planted entries stay, no temp file is left'
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='giving a folder to another user needs root')
+def test_a_log_folder_of_another_user_is_refused(tmp_path):
+    """A log folder made in advance by someone else: its owner could put a link in it at any time."""
+    config = digits_config_file(tmp_path)
+    for ts, _ in _upcoming_log_folders():
+        (tmp_path / 'run' / ts).mkdir(parents=True)
+        os.chown(tmp_path / 'run' / ts, 12345, 12345)
+    with no_hang():
+        message = train_error(config)
+    assert 'a folder of another user (uid 12345), not the log folder expected; delete it' in message, message
+
+
+@pytest.mark.parametrize('where', ('visualizer save_dir', 'LoggerHook out_dir'))
+def test_folders_set_in_the_config_are_checked_as_the_log_folder(tmp_path, where):
+    """A visualizer ``save_dir`` (its ``vis_data``) and a LoggerHook ``out_dir``, where mmengine copies
+    the log folder's files under the same names at the end of the run."""
+    from mmengine.config import Config
+
+    from ifnd.engine.run_paths import check_run_paths
+    cfg = Config(dict(default_hooks=dict(logger=dict(type='LoggerHook'))))
+    if where == 'visualizer save_dir':
+        cfg.visualizer = dict(type='Visualizer', save_dir=str(tmp_path / 'vis'))
+        path = tmp_path / 'vis' / 'vis_data' / 'scalars.json'
+    else:
+        cfg.default_hooks.logger.out_dir = str(tmp_path / 'out')
+        path = tmp_path / 'out' / 'run' / 'vis_data' / 'config.py'
+    check_run_paths(cfg, str(tmp_path / 'run'), '20250101_000000')  # nothing there yet
+    victim = plant(path, 'symbolic link', tmp_path)
+    with pytest.raises(NotAPlainFile, match=rf'^{path} is a symbolic link, not the plain log file expected'):
+        check_run_paths(cfg, str(tmp_path / 'run'), '20250101_000000')
+    _kept(victim)

@@ -75,8 +75,11 @@ MOCO = 'mocov2/mocov2_r50_200e_in1k.py'
     (FNC, 'num_support_views', '2', TypeError,
      "FNC num_support_views must be an int >= 1, got '2' (str)"),
     (MOCO, 'queue_len', '4096', TypeError, "MoCoV2 queue_len must be an int >= 1, got '4096' (str)"),
-    (MOCO, 'momentum', 1.5, ValueError, 'MoCoV2 momentum must be a float in [0, 1], got 1.5'),
+    (MOCO, 'momentum', 1.5, ValueError, 'MoCoV2 momentum must be a float in [0, 1), got 1.5'),
     (MOCO, 'bn_splits', False, TypeError, 'MoCoV2 bn_splits must be an int >= 1, got False (bool)'),
+    (MOCO, 'momentum', 1.0, ValueError, 'MoCoV2 momentum must be a float in [0, 1), got 1.0'),
+    ('ifnd/pcl_r50_1000e_cifar100.py', 'proto_weight', 0.0, ValueError,
+     'PCL proto_weight must be a float > 0, got 0.0'),
 ])
 def test_a_part_setting_of_the_wrong_type_or_range_is_named_at_build(config, key, value, error,
                                                                      message):
@@ -114,7 +117,8 @@ def test_a_hardness_whose_weighted_logits_overflow_float32_is_refused():
      'PseudoLabelHook acceptance LinearAcceptance final_rate must be a float in [0, 1], got None'),
     ('interval', 1.5, 'PseudoLabelHook interval must be an int >= 1, got 1.5 (float)'),
     ('num_clusters', ['10', 30], "PseudoLabelHook num_clusters[0] must be an int, got '10' (str)"),
-    ('temperature', '0.1', "PseudoLabelHook temperature must be a float, got '0.1' (str)"),
+    ('temperature', '0.1', "PseudoLabelHook temperature must be a float >= 0.001, got '0.1' (str)"),
+    ('temperature', 1e-300, 'PseudoLabelHook temperature must be a float >= 0.001, got 1e-300'),
 ])
 def test_pseudo_label_hook_settings_are_named(key, value, message):
     cfg = Config.fromfile(osp.join(CONFIG_DIR, 'ifnd', 'ifnd_r18_8e_digits.py'))
@@ -211,6 +215,9 @@ def test_training_and_evaluation_refuse_a_knn_temperature_alike(tmp_path, value)
     with pytest.raises(SystemExit) as err:
         load_tool('knn_eval').main([str(checkpoint), '--dataset', 'digits', '--temperature', value])
     evaluated = str(err.value)
+    if value == 'nan':  # a NaN anywhere in a config is refused before any part is built, by its key
+        assert trained.startswith(f"error: config key 'custom_hooks.{index}.temperature' is NaN"), trained
+        trained = evaluated
     for message in (trained, evaluated):  # the same rule and reason; the value as each parser read it
         rule, _, rest = message.partition(', got ')
         assert rule.startswith('error: kNN temperature must be a float >= 0.001'), message
@@ -234,3 +241,222 @@ def test_knn_votes_stay_finite_at_the_smallest_temperature():
     sim, index = (torch.nn.functional.normalize(query, dim=1) @ torch.nn.functional.normalize(bank, dim=1).t()).topk(10)
     votes.scatter_add_(1, labels[index], (sim / 0.07).exp())
     assert torch.equal(usual, votes.argmax(1))
+
+
+IFND_DIGITS = 'ifnd/ifnd_r18_8e_digits.py'
+CONFIDENT_DIGITS = 'ifnd/ifnd_confident_r18_8e_digits.py'
+VIEW = 'train_dataloader.dataset.pipeline.transforms'
+
+
+def _drop_label_hook(cfg: Config) -> None:
+    cfg.custom_hooks = [hook for hook in cfg.custom_hooks if hook['type'] != 'PseudoLabelHook']
+
+
+def _hcsc_on_simclr(cfg: Config) -> None:
+    cfg.model.update(detector=dict(type='HCSCSelection'), treatment='elim')
+
+
+def _set(path: str, value) -> callable:
+    """A change of the config's dict: ``value`` at the dotted ``path`` (list items by index)."""
+    def change(cfg: Config) -> None:
+        *parents, last = path.split('.')
+        node = cfg
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        if value is None:
+            node.pop(last)
+        else:
+            node[last] = value
+    return change
+
+
+# Settings that would leave their part idle or unread, each as tools/train.py reads it: (config,
+# --cfg-options, a change of its dict, the refusal's or the one warning's text, the fix it names).
+IDLE_SETTINGS = {
+    'layer_decay_rate without its constructor': (
+        'benchmarks/semi/semi_vit-tiny-p4_20e_fmnist_10pct.py', [],
+        _set('optim_wrapper.constructor', None),
+        "config key 'optim_wrapper.paramwise_cfg.layer_decay_rate' is read only by "
+        'LayerDecayOptimWrapperConstructor', "set optim_wrapper.constructor="
+        "'LayerDecayOptimWrapperConstructor'"),
+    'a custom_keys entry mmengine ignores': (
+        'benchmarks/semi/semi_r18_20e_fmnist_10pct.py', [],
+        _set('optim_wrapper.paramwise_cfg.custom_keys', {'backbone': dict(lr_multi=0.1)}),
+        "config key 'optim_wrapper.paramwise_cfg.custom_keys.backbone.lr_multi' is not read",
+        'fix its name'),
+    'solarize_p NaN, views on the CPU': (
+        IFND_DIGITS, ['train_dataloader.dataset.augment_on=cpu', f'{VIEW}.solarize_p=nan'], None,
+        f"config key '{VIEW}.solarize_p' is NaN", f'--cfg-options {VIEW}.solarize_p=...'),
+    'solarize_p NaN, views on the device': (
+        IFND_DIGITS, [f'{VIEW}.solarize_p=nan'], None, f"config key '{VIEW}.solarize_p' is NaN",
+        f'--cfg-options {VIEW}.solarize_p=...'),
+    'solarize_p out of [0, 1]': (
+        IFND_DIGITS, [f'{VIEW}.solarize_p=-0.5'], None,
+        'ContrastiveView solarize_p must be a float in [0, 1], got -0.5', 'the share of views'),
+    'HCSCSelection without PseudoLabelHook': (
+        'hcsc/hcsc_r18_8e_digits.py', [], _drop_label_hook,
+        "config key 'custom_hooks' has no PseudoLabelHook, and model HCSC's detector HCSCSelection",
+        "add dict(type='PseudoLabelHook'"),
+    'a label-bank detector of the base without PseudoLabelHook': (
+        'simclr/simclr_r18_8e_digits.py', [], _hcsc_on_simclr,
+        "config key 'custom_hooks' has no PseudoLabelHook, and model SimCLR's detector "
+        'HCSCSelection', "add dict(type='PseudoLabelHook'"),
+    "PCL's prototypes without PseudoLabelHook": (
+        'ifnd/pcl_r50_1000e_cifar100.py', [], _drop_label_hook,
+        "config key 'custom_hooks' has no PseudoLabelHook, and model PCL's prototypes",
+        "add dict(type='PseudoLabelHook'"),
+    'a former scheme= beside acceptance= in one command': (
+        IFND_DIGITS, ['custom_hooks.0.scheme=step', 'custom_hooks.0.acceptance.type=StepAcceptance'],
+        None, '--cfg-options gives custom_hooks.0.scheme (the former spelling of '
+        'custom_hooks.0.acceptance.type) and custom_hooks.0.acceptance.type',
+        'give custom_hooks.0.acceptance.type alone'),
+    'a certainty share κ cannot reach': (
+        CONFIDENT_DIGITS, ['custom_hooks.0.acceptance.certainty_share=0.999999'], None,
+        'PseudoLabelHook acceptance ConfidentAcceptance certainty_share=0.999999 with κ at '
+        "temperature=0.2 is out of κ's reach at every level", 'lower certainty_share to at most 0.9995'),
+    'a setting StableAcceptance does not take': (
+        IFND_DIGITS, [], _set('custom_hooks.0.acceptance', dict(type='StableAcceptance', seed=3)),
+        'PseudoLabelHook acceptance StableAcceptance takes no settings, not seed', 'remove it'),
+    'gradients clipped to 0': (
+        'mocov3/mocov3_vit-tiny-p4_8e_digits.py', ['optim_wrapper.clip_grad.max_norm=0'], None,
+        "config key 'optim_wrapper.clip_grad.max_norm' is 0", 'or remove clip_grad'),
+    'a key encoder that never moves': (
+        'mocov3/mocov3_vit-tiny-p4_8e_digits.py', ['model.momentum=1.0'], None,
+        'MoCoV3 momentum must be a float in [0, 1), got 1.0', 'keep it at its initial weights'),
+    'a debiased weighting that corrects nothing': (
+        'debiased/debiased_r18_8e_digits.py', ['model.tau_plus=0.0'], None,
+        "DebiasedCL weighting 'debiased' with tau_plus=0 is InfoNCE's plain sum",
+        'set tau_plus > 0'),
+    'a kNN batch of no images': (
+        IFND_DIGITS, ['custom_hooks.1.batch_size=0'], None,
+        'KNNEvalHook batch_size must be an int >= 1, got 0', ''),
+    # Warned: the run is still what it says, less the setting.
+    'a former scheme= beside acceptance= in a config': (
+        CONFIDENT_DIGITS, [], _set('custom_hooks.0.scheme', 'step'),
+        "read the former custom_hooks.0.scheme='step' of PseudoLabelHook as acceptance={'type': "
+        "'StepAcceptance'}, in place of its custom_hooks.0.acceptance={'type': "
+        "'ConfidentAcceptance', 'certainty_share': 0.3}", 'to keep that part remove the former keys'),
+    "κ's temperature under PCL's score": (
+        IFND_DIGITS, ['custom_hooks.0.score=pcl', 'custom_hooks.0.temperature=0.3'], None,
+        "config key 'custom_hooks.0.temperature' is read only when score is 'kappa'",
+        'set score or remove temperature'),
+    'a solarisation threshold without solarisation': (
+        IFND_DIGITS, [f'{VIEW}.solarize_threshold=0.3'], None,
+        f"config key '{VIEW}.solarize_threshold' is read only when solarize_p > 0",
+        'set solarize_p or remove solarize_threshold'),
+    'a subset seed without a subset': (
+        IFND_DIGITS, ['train_dataloader.dataset.subset_seed=3'], None,
+        "config key 'train_dataloader.dataset.subset_seed' is read only when subset_fraction is set",
+        'set subset_fraction or remove subset_seed'),
+    'a scheduler that begins after the run': (
+        IFND_DIGITS, ['train_cfg.max_epochs=1'], None,
+        "config key 'param_scheduler.1.begin' is 1, not before the run's end "
+        '(train_cfg.max_epochs=1): CosineAnnealingLR never acts', 'raise train_cfg.max_epochs'),
+    'milestones after the run': (
+        MOCO, ['train_cfg.max_epochs=100'], None,
+        "config key 'param_scheduler.0.milestones' has [120, 160], past the run's end",
+        'raise train_cfg.max_epochs'),
+    'no checkpoint in the run': (
+        IFND_DIGITS, ['default_hooks.checkpoint.save_last=False'], None,
+        "config key 'default_hooks.checkpoint.interval' is 10, past the run's end",
+        'default_hooks.checkpoint.save_last=True'),
+    'a learning rate of 0': (
+        IFND_DIGITS, ['optim_wrapper.optimizer.lr=0'], None,
+        "config key 'optim_wrapper.optimizer.lr' is 0", 'give a learning rate'),
+}
+WARNED = list(IDLE_SETTINGS)[list(IDLE_SETTINGS).index('a former scheme= beside acceptance= in a config'):]
+
+
+@pytest.mark.parametrize('case', list(IDLE_SETTINGS))
+def test_a_setting_that_would_do_nothing_is_named_with_its_fix(case, tmp_path, monkeypatch):
+    """Each is refused before training in one line, or warned in one line while the config is
+    read, naming its config key (or its part and key) and the fix."""
+    from helpers import train_tool
+    from ifnd.engine import config_checks
+    from ifnd.models import former_names
+    config, options, change, said, fix = IDLE_SETTINGS[case]
+    path = osp.join(CONFIG_DIR, config)
+    if change is not None:  # a config written with the change, as a user would
+        cfg = Config.fromfile(path)
+        change(cfg)
+        path = str(tmp_path / 'cfg.py')
+        cfg.dump(path)
+    argv = [path, '--work-dir', str(tmp_path / 'run')] + (['--cfg-options', *options] if options else [])
+    if case not in WARNED:
+        message = train_error(*argv)
+        assert said in message and fix in message, message
+        return
+    warnings = []
+    for module in (config_checks, former_names):
+        monkeypatch.setattr(module, 'print_log', lambda msg, **kw: warnings.append(msg))
+    train_tool.build_config(train_tool.parse_args(argv))
+    assert len(warnings) == 1 and said in warnings[0] and fix in warnings[0], warnings
+    assert '\n' not in warnings[0]
+
+
+@pytest.mark.parametrize('k', [2, 10, 100])
+@pytest.mark.parametrize('temperature', [0.05, 0.2, 0.5])
+def test_kappas_bounds_are_reached_by_their_arrangements(k, temperature):
+    """κ's bound (every other centroid opposite the sample) and its evenly spread value (a regular
+    simplex, every sample on its centroid) are what κ gives those arrangements."""
+    from ifnd.clustering import confidence
+    from ifnd.clustering.acceptance import reachable_share
+    opposite = torch.zeros(k, k)
+    opposite[0, 0], opposite[1:, 0] = 1.0, -1.0
+    simplex = torch.nn.functional.normalize(torch.eye(k) - 1.0 / k, dim=1)
+    for centroids, samples, gap in ((opposite, opposite[:1], 2.0), (simplex, simplex, k / (k - 1))):
+        kappa = confidence(samples, centroids, torch.arange(len(samples)), temperature).double()
+        shares = (kappa - 1.0 / k) / (1.0 - 1.0 / k)
+        assert shares.numpy() == pytest.approx(reachable_share(k, temperature, gap), rel=1e-5)
+
+
+def test_a_certainty_share_is_refused_where_no_level_can_reach_it():
+    """Past κ's bound at every level: refused; at some levels: one warning naming them."""
+    from ifnd.clustering import build_acceptance
+    from ifnd.clustering.acceptance import reachable_share
+    levels, temperature = [10, 30, 100], 0.5
+
+    def check(share):
+        acceptance = build_acceptance(dict(type='ConfidentAcceptance', certainty_share=share), 'x')
+        return acceptance.check_round(levels, temperature)
+
+    bound = reachable_share(10, temperature, 2.0)  # the easiest level's
+    with pytest.raises(ValueError, match=f"out of κ's reach at every level .* to at most {bound:.6g}"):
+        check(bound + 1e-6)
+    assert 'can never accept a label at k=30, 100' in check(bound)
+    assert 'can never accept a label at k=100' in check(0.5) and 'seldom accept one at k=10, 30' in check(0.5)
+    assert check(min(reachable_share(k, temperature, k / (k - 1)) for k in levels)) is None
+
+
+@pytest.mark.parametrize('config, options, said', [
+    (IFND_DIGITS, {'custom_hooks.0.acceptance': dict(_delete_=True, type='StableAcceptance'),
+                   'custom_hooks.0.interval': 8},
+     'StableAcceptance accepts from the second clustering round on, which comes after interval=8 '
+     'epochs, not before the run ends (train_cfg.max_epochs=8)'),
+    ('hcsc/hcsc_r18_8e_digits.py', {'custom_hooks.0.score': 'kappa'},
+     "HCSCSelection concentration=True reads PCL's per-cluster concentrations, which the rounds "
+     "compute only with score='pcl'"),
+    (CONFIDENT_DIGITS, {'model.temperature': 0.5, 'custom_hooks.0.acceptance.certainty_share': 0.5},
+     'certainty_share=0.5 with κ at temperature=0.5 can never accept a label at k=100'),
+], ids=['stability after the run', 'HCSC without concentrations', 'κ out of reach at some levels'])
+def test_a_round_that_would_accept_little_is_warned_when_training_starts(config, options, said):
+    """What depends on the model (its temperature, its detector) and the run's length, checked by
+    PseudoLabelHook before its first round: one warning each."""
+    cfg = Config.fromfile(osp.join(CONFIG_DIR, config))
+    cfg.merge_from_dict(options)
+    with torch.device('meta'):
+        model = MODELS.build(cfg.model)
+    warnings = HOOKS.build(cfg.custom_hooks[0]).check_run(model, cfg.train_cfg.max_epochs)
+    assert len(warnings) == 1 and said in warnings[0], warnings
+
+
+def test_the_named_fix_for_layer_decay_is_taken_on_the_command_line(tmp_path):
+    """optim_wrapper.constructor and paramwise_cfg are read by mmengine's builder, not by the
+    wrapper's class: --cfg-options takes them, so the refusal's fix can be given as it says."""
+    from helpers import train_tool
+    argv = [osp.join(CONFIG_DIR, 'mocov3', 'mocov3_vit-tiny-p4_8e_digits.py'), '--work-dir',
+            str(tmp_path), '--cfg-options', 'optim_wrapper.paramwise_cfg.layer_decay_rate=0.75']
+    assert "set optim_wrapper.constructor='LayerDecayOptimWrapperConstructor'" in train_error(*argv)
+    cfg = train_tool.build_config(train_tool.parse_args(
+        argv + ['optim_wrapper.constructor=LayerDecayOptimWrapperConstructor']))
+    assert cfg.optim_wrapper.paramwise_cfg.layer_decay_rate == 0.75

@@ -4,13 +4,14 @@ tools/train.py whose checkpoint every evaluation entry point reads with no archi
 linear, semi-supervised fine-tuning, VOC07 SVMs, the analysis tools)."""
 import copy
 import os.path as osp
+import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from fake_data import fake_vocdevkit
-from helpers import CONFIG_DIR, digits_config, layer_decay_factors, load_tool, train_tool
+from helpers import CONFIG_DIR, digits_config, layer_decay_factors, load_tool, train_error, train_tool
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
@@ -288,11 +289,9 @@ def test_a_trained_vit_in_the_analysis_tools(trained_vit, tmp_path):
         assert result['coords'].shape == (60, 2) and out.stat().st_size > 5_000
 
 
-def test_knn_eval_resizes_to_the_vits_input_size(trained_vit, monkeypatch):
+def test_knn_eval_resizes_to_the_vits_input_size(trained_vit, monkeypatch, fashion_mnist):
     """A ViT trained on 16-pixel digits evaluated on 28-pixel Fashion-MNIST: its position embedding
     takes 16 pixels only, so the evaluation view resizes to 16, and the tool says so."""
-    if not osp.isdir('/usr/share/datasets/fashion-mnist'):
-        pytest.skip("Debian's dataset-fashion-mnist is not installed")
     from ifnd.engine import features
     lines = []
     monkeypatch.setattr(features, 'print_log', lambda msg, **kwargs: lines.append(msg))
@@ -303,3 +302,152 @@ def test_knn_eval_resizes_to_the_vits_input_size(trained_vit, monkeypatch):
     assert lines == [f'{trained_vit.ckpt} holds a network that takes 16-pixel images only (a ViT\'s '
                      'position embedding fixes its input size): the evaluation view resizes to 16 '
                      'pixels, not 28']
+
+
+# ------------------------------------------------ attention heads: from the file or the user, never a guess
+
+# 16-wide heads: the 64-wide ones a guess would take make one head of this width.
+THREE_HEADS = dict(TINY_VIT, embed_dim=48, num_heads=3)
+FIX_FLAG = r'pass --num-heads N \(num_heads=N in Python, model.pretrained_num_heads=N'
+
+
+@pytest.fixture(scope='module')
+def three_heads(tmp_path_factory):
+    """SimCLR with a 3-head ViT, 1 epoch on a tenth of digits through tools/train.py, as the model
+    it trained, and read back from weights alone: its backbone's bare state dict, and the run's
+    checkpoint whose config a reader refuses (a head of 2**20 layers)."""
+    root = tmp_path_factory.mktemp('heads')
+    init_default_scope('ifnd')
+    eval_view = dict(type='EvalView', size=16)
+    cfg = digits_config(str(root / 'run'), dict(type='SimCLR', temperature=0.5), max_epochs=1,
+                        eval_pipeline=eval_view)
+    cfg.model.backbone = copy.deepcopy(THREE_HEADS)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    config = str(root / 'cfg.py')
+    cfg.dump(config)
+    train_tool.main([config])
+    ckpt = str(root / 'run' / 'epoch_1.pth')
+    state = read_checkpoint(ckpt)
+    trained = MODELS.build(copy.deepcopy(cfg.model.to_dict()))
+    trained.load_state_dict(state['state_dict'])
+    bare = str(root / 'bare.pth')
+    torch.save({k[len('backbone.model.'):]: v for k, v in state['state_dict'].items()
+                if k.startswith('backbone.model.')}, bare)
+    refused = str(root / 'refused.pth')
+    data = copy.deepcopy(state['meta']['cfg'])
+    data['model']['neck']['num_layers'] = 2 ** 20
+    torch.save({'state_dict': state['state_dict'], 'meta': {'cfg': data}}, refused)
+    return SimpleNamespace(ckpt=ckpt, config=config, bare=bare, refused=refused, model=trained.eval())
+
+
+def _features(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval().extract_feat(X)
+
+
+def test_a_vit_read_from_its_weights_alone_asks_for_its_heads(three_heads):
+    """No shape shows the heads: one line asks for them; stated, the features are the trained model's."""
+    from ifnd.models import load_encoder
+    want = _features(three_heads.model)
+    resnet = dict(type='TimmBackbone', model_name='resnet18')
+    for path in (three_heads.bare, three_heads.refused):
+        asks = f'^{re.escape(path)} holds a Vision Transformer 48 wide, whose attention heads .*{FIX_FLAG}'
+        with pytest.raises(ValueError, match=asks):
+            load_encoder(path)
+        with pytest.raises(ValueError, match=asks):
+            MODELS.build(dict(type='ImageClassifier', num_classes=10, pretrained=path, backbone=resnet))
+        torch.testing.assert_close(_features(load_encoder(path, num_heads=3)), want, rtol=0, atol=0)
+        classifier = MODELS.build(dict(type='ImageClassifier', num_classes=10, pretrained=path,
+                                       backbone=resnet, pretrained_num_heads=3))
+        torch.testing.assert_close(_features(classifier), want, rtol=0, atol=0)
+        # The guess it replaces (64-wide heads: one) computes other features from the same weights
+        # (after one epoch the attention is still near uniform, so they differ only a little).
+        assert not torch.equal(_features(load_encoder(path, num_heads=1)), want)
+    # The run's own checkpoint states 3: a flag that says otherwise is a slip.
+    assert load_encoder(three_heads.ckpt, num_heads=3).backbone_cfg['num_heads'] == 3
+    with pytest.raises(ValueError, match=r'--num-heads 2 \(num_heads\): .* states 3 attention heads'):
+        load_encoder(three_heads.ckpt, num_heads=2)
+
+
+def test_a_resnet_refuses_num_heads(tmp_path):
+    from ifnd.models import load_encoder
+    path = str(tmp_path / 'r18.pth')
+    torch.save(MODELS.build(dict(type='TimmBackbone', model_name='resnet18')).model.state_dict(), path)
+    with pytest.raises(ValueError, match=r'--num-heads 3 \(num_heads\): .* holds a resnet18, which has no '
+                       'attention heads; leave it out'):
+        load_encoder(path, num_heads=3)
+
+
+TOOLS = {  # tool -> (its arguments besides the checkpoint, the loader it calls)
+    'knn_eval': (['--dataset', 'digits', '--num-workers', '0', '--device', 'cpu'], 'load_encoder'),
+    'voc07_svm': (['--data-root', '{tmp}', '--device', 'cpu'], 'load_encoder'),
+    'extract_backbone': (['{tmp}/out.pth'], 'load_encoder'),
+    'convert_to_detectron2': (['{tmp}/out.pkl'], 'export_detectron2_weights'),
+    'analysis/cluster_table': (['--config', '{config}', '--feature', 'f', '--device', 'cpu',
+                                '--num-workers', '0'], 'load_feature_model'),
+    'analysis/plot_embeddings': (['--config', '{config}', '--feature', 'f', '--out', '{tmp}/map.png',
+                                  '--num-workers', '0'], 'load_feature_model'),
+}
+
+
+@pytest.mark.parametrize('name', list(TOOLS))
+def test_every_tool_asks_for_the_heads_and_takes_num_heads(three_heads, tmp_path, name, monkeypatch):
+    """Each tool that reads an encoder: one line asking for --num-heads, and the flag reaching its loader."""
+    args, loader = TOOLS[name]
+    argv = [three_heads.bare, *(a.format(tmp=tmp_path, config=three_heads.config) for a in args)]
+    tool = load_tool(name)
+    # The analysis tools' main raises the error their command line prints as 'error: ...'.
+    with pytest.raises((SystemExit, ValueError)) as refused:
+        tool.main(argv)
+    said = str(getattr(refused.value, 'code', refused.value)).removeprefix('error: ')
+    assert re.search(f'^{re.escape(three_heads.bare)} holds a Vision Transformer 48 wide.*{FIX_FLAG}'
+                     '[^\n]*$', said), said
+    called = {}
+
+    def stand_in(*args, **kwargs):
+        called.update(kwargs)
+        raise SystemExit('loaded')
+    monkeypatch.setattr(tool, loader, stand_in)
+    with pytest.raises(SystemExit, match='loaded'):
+        tool.main([*argv, '--num-heads', '3'])
+    assert called['num_heads'] == 3
+
+
+def test_knn_eval_with_num_heads_evaluates_the_trained_vit(three_heads, capsys):
+    result = load_tool('knn_eval').main([
+        three_heads.bare, '--num-heads', '3', '--dataset', 'digits', '--k', '5', '--num-workers', '0',
+        '--device', 'cpu', '--cfg-options', 'train_dataset.test_fraction=0.5', 'val_dataset.subset_fraction=0.2'])
+    assert result['feature_dim'] == 48 and 0 <= result['top1']['5'] <= 100
+    with pytest.raises(SystemExit):
+        load_tool('knn_eval').main([three_heads.bare, '--num-heads', '0'])
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        'error: argument --num-heads: must be at least 1, got 0')
+
+
+# ------------------------------------------------ ViT settings refused in one line
+
+@pytest.mark.parametrize('setting, said', [
+    ('model.backbone.num_heads=0', r'ViTBackbone num_heads must be an int in \[1, 1048576\], got 0: set '
+     'model.backbone.num_heads'),
+    ('model.backbone.num_heads=5', 'ViTBackbone num_heads=5 does not divide embed_dim=192 .* set '
+     r'model.backbone.num_heads to a divisor of 192 \(1, 2, 3, 4, 6, 8'),
+    ('model.backbone.img_size=16', None),  # fits the data: trains
+    (None, r'model.backbone.img_size=28, but the data\'s images are 16x16 pixels .* set '
+     'model.backbone.img_size=16'),
+])
+def test_vit_settings_are_refused_in_one_line(tmp_path, setting, said):
+    """configs/_base_/models/vit-tiny-p4.py (28-pixel images) on 16-pixel digits through
+    tools/train.py: heads of 0 or not dividing the width refused at build, the image size at the
+    first batch, each naming the key and the fix."""
+    base = Config.fromfile(osp.join(CONFIG_DIR, '_base_', 'models', 'vit-tiny-p4.py'))
+    cfg = digits_config(str(tmp_path / 'run'), dict(type='SimCLR', temperature=0.5), max_epochs=1)
+    cfg.model.backbone = dict(base.vit_tiny_p4, depth=1)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    path = str(tmp_path / 'cfg.py')
+    cfg.dump(path)
+    argv = [path, *(['--cfg-options', setting] if setting else [])]
+    if said is None:
+        train_tool.main(argv)
+        assert osp.isfile(tmp_path / 'run' / 'epoch_1.pth')
+    else:
+        assert re.search(said, train_error(*argv))

@@ -69,7 +69,7 @@ def test_false_negatives_vit_gpu_slot_plans_four_vit_runs(capsys):
 
 # About 30 s on 2 idle cores: the ViT protocol's two MoCo v3 methods at rehearsal size (a one-block
 # ViT 32 wide, 1% of Fashion-MNIST), one epoch and a one-epoch probe each.
-def test_false_negatives_vit_rehearsal_trains_and_probes_moco_v3_with_and_without_ifnd(tmp_path):
+def test_false_negatives_vit_rehearsal_trains_and_probes_moco_v3_with_and_without_ifnd(tmp_path, fashion_mnist):
     bench = _load('false_negatives')
     result = bench.main(['--preset', 'vit', '--rehearse', '--methods', 'mocov3', 'ifnd_mocov3',
                          '--seeds', '0', '--epochs', '1', '--jobs', '2',

@@ -1,10 +1,13 @@
 """Weights that would load but compute nothing (NaN, inf, integers in place of floating-point
-weights) are refused by every reader, naming the tensor; integer buffers still load."""
+weights) are refused by every reader, naming the tensor; integer buffers still load. Finite weights
+whose features overflow or collapse are refused by every tool that computes features, naming the
+checkpoint."""
 import os.path as osp
 
+import numpy as np
 import pytest
 import torch
-from helpers import digits_config, digits_config_file, load_tool, train_error
+from helpers import digits_config, digits_config_file, load_tool, train_error, train_tool
 from mmengine.registry import init_default_scope
 from test_checkpoint_config_safety import REPO, _publish_as_planted
 
@@ -15,6 +18,8 @@ from ifnd.models import load_encoder
 from ifnd.registry import MODELS
 
 X = torch.rand(2, 3, 16, 16)
+LINEAR_DIGITS = osp.join(osp.dirname(__file__), '..', 'configs', 'benchmarks', 'linear',
+                         'linear_r18_100e_digits.py')
 # (key in the training checkpoint, how it is damaged, what every reader's error says)
 DEFECTS = {
     'NaN in a conv weight': ('backbone.model.layer2.0.conv1.weight', 'nan',
@@ -144,3 +149,91 @@ def test_load_from_takes_finite_weights_with_integer_buffers(tiny, tmp_path):
     path = _save(trained, cfg, tmp_path / 'good.pth')
     load_tool('train').main([digits_config_file(tmp_path), '--cfg-options', f'load_from={path}'])
     assert osp.isfile(tmp_path / 'run' / 'epoch_1.pth')
+
+
+# Finite weights (check_weights passes them) whose features no evaluation can use:
+# (keys and how each is changed, what every feature reader's error says).
+FEATURE_FAULTS = {
+    'a BatchNorm scale that overflows the features to NaN': (
+        {'backbone.model.layer4.1.bn1.weight': ('scale', 3e38)}, 'give NaN or infinite values'),
+    'a conv weight x 1e30, whose features L2-normalise to zero': (
+        {'backbone.model.conv1.weight': ('scale', 1e30)}, 'give all-zero features'),
+    'the stem conv zeroed and its BatchNorm bias constant: one point': (
+        {'backbone.model.conv1.weight': ('scale', 0.0), 'backbone.model.bn1.bias': ('fill', 1.0)},
+        'its features are (nearly) one point'),
+}
+
+
+def _ifnd_config(folder, **hooks) -> tuple:
+    """IFND on a tenth of digits for one epoch with ``hooks`` (``digits_config``'s), and its config
+    file in ``folder``."""
+    folder.mkdir()
+    cfg = digits_config(str(folder / 'run'), dict(type='IFND', temperature=0.5), max_epochs=1, **hooks)
+    cfg.train_dataloader.dataset.subset_fraction = 0.1
+    cfg.dump(str(folder / 'ifnd.py'))
+    return cfg, str(folder / 'ifnd.py')
+
+
+def _save_changed(cfg, path, changes: dict) -> str:
+    """A training checkpoint of the model ``cfg`` builds, finite weights changed as ``changes`` says."""
+    torch.manual_seed(0)
+    state = MODELS.build(cfg.model).state_dict()
+    for key, (how, value) in changes.items():
+        state[key] = state[key] * value if how == 'scale' else state[key].fill_(value)
+    assert all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+    torch.save({'state_dict': state, 'meta': dict(epoch=1, cfg=config_to_data(cfg))}, path)
+    return str(path)
+
+
+def _feature_tool_errors(path: str, ifnd_config: str, tmp_path) -> dict[str, str]:
+    """Each feature-computing tool's one-line error (or exception) for the checkpoint ``path``."""
+    from fake_data import fake_vocdevkit
+    voc_root, _ = fake_vocdevkit(tmp_path, np.random.default_rng(0), 12, 12)
+    fast = ('--num-workers', '0', '--device', 'cpu')
+    errors = {
+        'knn_eval': _tool_error('knn_eval', path, '--dataset', 'digits', '--batch-size', 512, *fast),
+        'voc07_svm': _tool_error('voc07_svm', path, '--data-root', voc_root, '--size', 16, *fast),
+        'linear': train_error(LINEAR_DIGITS, '--cfg-options', f'model.pretrained={path}',
+                              f'work_dir={tmp_path / "linear"}'),
+        'semi-supervised': train_error(LINEAR_DIGITS, '--cfg-options', f'model.pretrained={path}',
+                                       'model.frozen=False', f'work_dir={tmp_path / "semi"}'),
+        'PseudoLabelHook': train_error(ifnd_config, '--cfg-options', f'load_from={path}'),
+    }
+    for name, args in (('analysis/cluster_table', ('--config', ifnd_config, '--runs', 1)),
+                       ('analysis/plot_embeddings', ('--config', ifnd_config, '--num-points', 60,
+                                                     '--feature', 'f', '--out', tmp_path / 'map.png'))):
+        with pytest.raises(ValueError) as error:  # the script prints 'error: ' and the message
+            load_tool(name).main([str(a) for a in (path, *args, *fast)])
+        errors[name] = f'error: {error.value}'
+    return errors
+
+
+@pytest.mark.parametrize('fault', list(FEATURE_FAULTS))
+def test_every_feature_reader_refuses_features_that_overflow_or_collapse(tmp_path, fault):
+    changes, says = FEATURE_FAULTS[fault]
+    cfg, ifnd_config = _ifnd_config(tmp_path / 'ifnd', pseudo_labels=dict(num_clusters=[10]))
+    path = _save_changed(cfg, tmp_path / 'finite.pth', changes)
+    errors = _feature_tool_errors(path, ifnd_config, tmp_path)
+    for name, message in errors.items():
+        assert '\n' not in message and message.startswith(f'error: {path}'), f'{name}: {message}'
+        assert says in message and 'chance' in message, f'{name}: {message}'
+        assert 'earlier checkpoint' in message, f'{name}: {message}'
+    assert not osp.exists(tmp_path / 'ifnd' / 'run' / 'epoch_1.pth')
+    assert not any(osp.exists(tmp_path / run / 'epoch_1.pth') for run in ('linear', 'semi'))
+    # The kNN hook only measures: a collapsed encoder's chance-level top-1 is logged with a
+    # warning and the run goes on; non-finite features stop it.
+    # (SimCLR: IFND trains only with its clustering hook, which comes first.)
+    (tmp_path / 'knn').mkdir()
+    knn_config = digits_config_file(tmp_path / 'knn', knn=True)
+    simclr = str(tmp_path / 'simclr.pth')
+    torch.save({'state_dict': {k: v for k, v in torch.load(path)['state_dict'].items()
+                               if not k.startswith('label_bank.')}}, simclr)
+    if 'one point' in says:
+        train_tool.main([knn_config, '--cfg-options', f'load_from={simclr}'])
+        log = next((tmp_path / 'knn' / 'run').rglob('*.log')).read_text()
+        assert f'WARNING - {simclr} (load_from): its features are (nearly) one point' in log
+        assert osp.isfile(tmp_path / 'knn' / 'run' / 'epoch_1.pth')
+    else:
+        message = train_error(knn_config, '--cfg-options', f'load_from={simclr}')
+        assert message.startswith(f'error: {simclr} (load_from): its features are unusable')
+        assert says in message

@@ -20,8 +20,8 @@ from ifnd.zoo.index import HF_SOURCE, INDEX_PATH, read_index
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # Entry -> the layout its tiny stand-in is written in, and its feature width.
-CASES = {'moco_v3_vits16_300e_in1k': ('moco_v3', 48), 'dino_vits16_in1k': ('dino', 128),
-         'dino_vits16_in1k_hf': ('dino_hub', 128), 'hcsc_r50_200e_in1k': ('hcsc', 512)}
+CASES = {'moco_v3_vits16_300e_in1k': ('moco_v3', 48), 'dino_vits16_in1k': ('dino', 96),
+         'dino_vits16_in1k_hf': ('dino_hub', 96), 'hcsc_r50_200e_in1k': ('hcsc', 512)}
 REVISION = 'b' * 40
 KNN_DATA = ['--dataset', 'digits', '--k', '5', '--num-workers', '0', '--device', 'cpu', '--cfg-options',
             'train_dataset.test_fraction=0.5', 'val_dataset.test_fraction=0.5',

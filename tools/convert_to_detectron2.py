@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from ifnd.engine.arguments import check_arguments
+from ifnd.engine.arguments import add_encoder_arguments, check_arguments, encoder_options
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.transfer import export_detectron2_weights
 
@@ -30,9 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='training checkpoint, backbone file, or peer checkpoint (MoCo, PCL, '
                         'solo-learn, mmselfsup, VISSL, torchvision/timm)')
     parser.add_argument('out', help='output file (.pkl)')
-    parser.add_argument('--model-name', default=None,
-                        help='timm model name (e.g. resnet50d); needed only when the weights '
-                        'leave it open')
+    add_encoder_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -41,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'out': args.out})
     with input_errors_as_messages():
-        result = export_detectron2_weights(args.checkpoint, args.out, args.model_name)
+        result = export_detectron2_weights(args.checkpoint, args.out, **encoder_options(args))
     print(f"{args.out}: {result['num_tensors']} tensors of {result['model_name']} "
           f"(MODEL.RESNETS.DEPTH {result['depth']})")
 

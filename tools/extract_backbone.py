@@ -18,7 +18,7 @@ import os.path as osp
 
 import torch
 
-from ifnd.engine.arguments import add_encoder_arguments, check_arguments
+from ifnd.engine.arguments import add_encoder_arguments, check_arguments, encoder_options
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.fileio import AtomicLocalBackend, config_to_data
 from ifnd.models.encoder import load_encoder
@@ -34,12 +34,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def extract_backbone(checkpoint_path: str, out: str, model_name: str | None = None,
-                     cifar_stem: bool | None = None) -> dict:
-    """Write the backbone-only file ``out`` atomically and return what was written."""
-    kwargs = {} if cifar_stem is None else {'cifar_stem': cifar_stem}
+def extract_backbone(checkpoint_path: str, out: str, **encoder_kwargs) -> dict:
+    """Write the backbone-only file ``out`` atomically and return what was written;
+    ``encoder_kwargs`` (``model_name``, ``num_heads``, ``cifar_stem``) as ``load_encoder``'s."""
     # Building the encoder checks every key and shape against the named backbone.
-    encoder = load_encoder(checkpoint_path, model_name=model_name, **kwargs)
+    encoder = load_encoder(checkpoint_path, **encoder_kwargs)
     state = {k: v.detach().clone().contiguous() for k, v in encoder.backbone.model.state_dict().items()}
     result = {
         'state_dict': state,
@@ -60,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'out': args.out})
     with input_errors_as_messages():
-        result = extract_backbone(args.checkpoint, args.out, args.model_name, args.cifar_stem)
+        result = extract_backbone(args.checkpoint, args.out, **encoder_options(args))
     backbone = result['meta']['model']['backbone']
     print(f"{args.out}: {len(result['state_dict'])} tensors of {backbone.get('model_name')} "
           f"(cifar_stem={backbone.get('cifar_stem', False)})")

@@ -14,7 +14,7 @@ from mmengine.config import Config, DictAction
 
 from ifnd.engine import build_eval_dataset, extract_features, fit_eval_view
 from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                                   resolve_device)
+                                   encoder_options, resolve_device)
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.evaluation import knn_accuracy
 from ifnd.settings import check_knn
@@ -22,6 +22,7 @@ from ifnd.evaluation.class_match import match_eval_classes
 from ifnd.fileio import write_json
 from ifnd.models.encoder import load_encoder
 from ifnd.zoo.errors import UnverifiedError
+from ifnd.zoo.loading import entry_num_heads
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DATASET_CONFIG_DIR = osp.join(REPO, 'configs', '_base_', 'datasets')
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit('error: give a checkpoint file or --zoo NAME (one of them)')
     if args.zoo is not None:
         args.checkpoint = zoo_checkpoint(args.zoo, args.trust_remote)
+        if args.num_heads is None:  # a ViT's heads, which its weights cannot show, from the index
+            args.num_heads = entry_num_heads(args.zoo)
     check_arguments(inputs={'checkpoint': args.checkpoint, '--config': args.config}, outputs={'--out': args.out},
                     batch_size=args.batch_size, num_workers=args.num_workers)
     with input_errors_as_messages():
@@ -134,8 +137,7 @@ def run(args: argparse.Namespace) -> dict:
         check_knn(k, args.temperature, len(bank_set))
 
     device = resolve_device(args.device)
-    backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
-    encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
+    encoder = load_encoder(args.checkpoint, **encoder_options(args)).to(device)
     # Only a ViT trained at another size changes the view: the data sets are built again then,
     # since the data's checks above come before the checkpoint is read.
     pipeline = fit_eval_view(settings['pipeline'], encoder.backbone, args.checkpoint)
@@ -143,7 +145,8 @@ def run(args: argparse.Namespace) -> dict:
         settings['pipeline'] = pipeline
         bank_set = build_eval_dataset(settings['train_dataset'], pipeline)
         query_set = build_eval_dataset(settings['val_dataset'], pipeline)
-    kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers)
+    kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers,
+                  source=args.checkpoint)
     bank, bank_labels = extract_features(encoder, bank_set, desc='kNN bank', **kwargs)
     query, query_labels = extract_features(encoder, query_set, desc='kNN queries', **kwargs)
     if min(bank_labels.min(), query_labels.min()) < 0:

@@ -15,7 +15,7 @@ from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.engine.work_dir import (check_new_run, check_written_in_place, differences_from_run, hold_work_dir,
                                   holds_run, inputs_in_run, remove_run, requeue_count)
 from ifnd.registry import RUNNERS
-from ifnd.zoo.loading import ZOO_PREFIX, checkpoint_path
+from ifnd.zoo.loading import ZOO_PREFIX, checkpoint_path, entry_num_heads
 
 # --resume without a value: the latest checkpoint in the work dir, refused where there is none.
 LATEST = 'latest'
@@ -56,6 +56,9 @@ def build_config(args: argparse.Namespace) -> Config:
     pretrained = (cfg.get('model') or {}).get('pretrained')
     if isinstance(pretrained, str) and pretrained.startswith(ZOO_PREFIX):
         cfg.model.pretrained = zoo_file(pretrained)
+        heads = entry_num_heads(pretrained[len(ZOO_PREFIX):])
+        if heads is not None and cfg.model.get('pretrained_num_heads') is None:
+            cfg.model.pretrained_num_heads = heads  # a ViT's heads, which its weights cannot show
     return cfg
 
 

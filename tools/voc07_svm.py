@@ -6,7 +6,7 @@ import time
 from ifnd.datasets import VOC07, EvalView
 from ifnd.engine import extract_features
 from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                                   resolve_device)
+                                   encoder_options, resolve_device)
 from ifnd.engine.input_errors import input_errors_as_messages
 from ifnd.evaluation import AP_DEFINITIONS, DEFAULT_SVM_COSTS, evaluate_voc07
 from ifnd.fileio import write_json
@@ -80,17 +80,18 @@ def main(argv: list[str] | None = None) -> dict:
     check_arguments(inputs={'checkpoint': args.checkpoint}, outputs={'--out': args.out},
                     batch_size=args.batch_size, num_workers=args.num_workers)
     device = resolve_device(args.device)
-    backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
     with input_errors_as_messages():  # a checkpoint that cannot be used: one line, before any data
-        encoder = load_encoder(args.checkpoint, args.model_name, **backbone_kwargs).to(device)
+        encoder = load_encoder(args.checkpoint, **encoder_options(args)).to(device)
     size = crop_size(encoder, args.size, args.checkpoint)
     pipeline = EvalView(size, args.resize)
     trainval = VOC07(args.data_root, 'trainval', pipeline=pipeline)
     test = VOC07(args.data_root, 'test', pipeline=pipeline)
-    kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers)
+    kwargs = dict(feature='f', batch_size=args.batch_size, num_workers=args.num_workers,
+                  source=args.checkpoint)
     start = time.perf_counter()
-    train_feats, _ = extract_features(encoder, trainval, desc='VOC07 trainval features', **kwargs)
-    test_feats, _ = extract_features(encoder, test, desc='VOC07 test features', **kwargs)
+    with input_errors_as_messages():  # features no SVM can use: one line naming the checkpoint
+        train_feats, _ = extract_features(encoder, trainval, desc='VOC07 trainval features', **kwargs)
+        test_feats, _ = extract_features(encoder, test, desc='VOC07 test features', **kwargs)
     extract_s = time.perf_counter() - start
     print(f'Training {len(test.classes)} x {len(args.costs)} linear SVMs with {args.cv_folds}-fold CV '
           f'({train_feats.shape[1]}-d features, costs {" ".join(f"{c:g}" for c in args.costs)})', flush=True)

@@ -36,6 +36,9 @@ default_hooks = dict(
     momentum=dict(type='MomentumScheduleHook'),
     # A log file that cannot be written (a full disk) gives one warning, not a traceback per line.
     log_file_errors=dict(type='LogFileErrorHook'),
+    # A classifier's pre-trained backbone with non-finite or collapsed features is refused before
+    # linear or semi-supervised training; nothing for other models.
+    pretrained_features=dict(type='PretrainedFeaturesHook'),
 )
 
 log_processor = dict(window_size=10, by_epoch=True)

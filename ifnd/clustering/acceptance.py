@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -29,7 +29,7 @@ from ifnd.settings import check_number, check_options, check_seed
 
 __all__ = ['Acceptance', 'CalendarAcceptance', 'ConstantAcceptance', 'StepAcceptance',
            'LinearAcceptance', 'ConfidentAcceptance', 'StableAcceptance', 'build_acceptance',
-           'unique_labels', 'accept_count', 'accept_top', 'match_clusters']
+           'unique_labels', 'accept_count', 'accept_top', 'match_clusters', 'reachable_share']
 
 
 def unique_labels(num: int, device: torch.device | str | None = None) -> Tensor:
@@ -116,6 +116,11 @@ class Acceptance:
 
     def idle_reason(self, max_epochs: int, interval: int) -> str | None:
         """Why a run of ``max_epochs``, asking every ``interval`` epochs, accepts no sample; or None."""
+        return None
+
+    def check_round(self, num_clusters: Sequence[int], temperature: float) -> str | None:
+        """Refuse settings that accept nothing at any level of a round of ``num_clusters`` with κ at
+        ``temperature``; a warning where some levels cannot or seldom will, else None."""
         return None
 
     def state_dict(self) -> dict:
@@ -224,6 +229,28 @@ class LinearAcceptance(CalendarAcceptance):
         return float(min(max(self.final_rate * epochs_done / max_epochs, 0.0), self.final_rate))
 
 
+def reachable_share(k: int, temperature: float, gap: float) -> float:
+    """The share of the way from chance (1/k) to certainty that κ of a sample reaches at ``k``
+    clusters and ``temperature`` when its own centroid's cosine is ``gap`` above each other's."""
+    kappa = 1.0 / (1.0 + (k - 1) * math.exp(-gap / temperature))
+    return (kappa - 1.0 / k) / (1.0 - 1.0 / k)
+
+
+def _opposite_gap(k: int) -> float:
+    """The largest cosine gap: the sample on its centroid, every other centroid opposite it."""
+    return 2.0
+
+
+def _simplex_gap(k: int) -> float:
+    """The gap of k evenly spread centroids (a regular simplex), the sample on its centroid."""
+    return k / (k - 1)
+
+
+def _shares(ks: Sequence[int], temperature: float, gap: Callable[[int], float]) -> str:
+    """The shares κ reaches at the levels ``ks`` with each level's ``gap``, for messages."""
+    return ', '.join(f'{reachable_share(k, temperature, gap(k)):.2g}' for k in ks)
+
+
 @ACCEPTANCES.register_module()
 class ConfidentAcceptance(Acceptance):
     """The labels whose κ is at least ``certainty_share`` of the way from chance to certainty.
@@ -246,6 +273,36 @@ class ConfidentAcceptance(Acceptance):
                      hint="how far from chance (1/k) to certainty κ must be for a label to be "
                      'accepted; 1 asks for certainty, which κ (a softmax) never reaches, so nothing '
                      'would be')
+
+    def check_round(self, num_clusters: Sequence[int], temperature: float) -> str | None:
+        share = self.certainty_share
+        # κ = 1 / (1 + Σ_{j≠a} e^{(cos_j − cos_a)/τ}) with cosines in [−1, 1], so κ is at most its
+        # value at gap = cos_a − cos_j = 2: the sample on its centroid, every other centroid opposite
+        # it. Beyond that share no label of the level is ever accepted. The k centroids' mean
+        # pairwise cosine is at least −1/(k − 1) (|Σ c|² ≥ 0), so by Jensen's inequality no
+        # arrangement gives the clusters a higher mean log-odds of κ than the regular simplex, every
+        # sample on its centroid: gap = k/(k − 1). Beyond that share few labels are accepted, if any
+        # (on Fashion-MNIST, k = 100 at τ = 0.2 accepted none at 0.5, below its 0.61).
+        never = [k for k in num_clusters if share > reachable_share(k, temperature, _opposite_gap(k))]
+        seldom = [k for k in num_clusters if k not in never
+                  and share > reachable_share(k, temperature, _simplex_gap(k))]
+        at = f'{self.owner} certainty_share={share:g} with κ at temperature={temperature:g}'
+        if len(never) == len(num_clusters):
+            best = max(reachable_share(k, temperature, _opposite_gap(k)) for k in num_clusters)
+            raise ValueError(f'{at} is out of κ\'s reach at every level (num_clusters='
+                             f'{list(num_clusters)}: κ gets at most {best:.6g} of the way from chance '
+                             'to certainty, with every other centroid opposite the sample), so no '
+                             f'label would ever be accepted: lower certainty_share to at most '
+                             f'{best:.6g}, or the temperature')
+        if not never and not seldom:
+            return None
+        parts = [f'can never accept a label at k={", ".join(map(str, never))} (κ gets at most '
+                 f'{_shares(never, temperature, _opposite_gap)} of the way to certainty there)'
+                 ] if never else []
+        parts += [f'will seldom accept one at k={", ".join(map(str, seldom))} (evenly spread '
+                  f'centroids give {_shares(seldom, temperature, _simplex_gap)})'] if seldom else []
+        return (f'{at} {" and ".join(parts)}: lower certainty_share or the temperature, or drop '
+                'those levels from num_clusters')
 
     def accept(self, level: int, assignments: Tensor, scores: Tensor,
                num_clusters: int) -> tuple[Tensor, float]:
@@ -305,6 +362,15 @@ class StableAcceptance(Acceptance):
 
     def end_round(self, assignments: Sequence[Tensor]) -> None:
         self._previous = [assigned.detach().cpu().long().clone() for assigned in assignments]
+
+    def idle_reason(self, max_epochs: int, interval: int) -> str | None:
+        # The owner's rounds come before training and after every `interval` epochs; the first has no
+        # previous round to compare with, so the second must come before the last epoch.
+        if interval < max_epochs:
+            return None
+        return (f'{self.owner} accepts from the second clustering round on, which comes after '
+                f'interval={interval} epochs, not before the run ends (train_cfg.max_epochs='
+                f'{max_epochs})')
 
     def reset(self) -> None:
         self._previous = None

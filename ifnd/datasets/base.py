@@ -18,6 +18,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from ifnd.fileio import open_plain
 from ifnd.registry import FUNCTIONS
+from ifnd.settings import ReadWhen
 from .decode import to_rgb
 from .device_augment import device_views_of
 from .transforms import PipelineCfg, build_pipeline
@@ -72,6 +73,8 @@ class ContrastiveDataset(Dataset):
     _all_labels: np.ndarray
     _all_names: Sequence[str] | None = None
     classes: list[str] | None = None
+
+    read_when = {'subset_seed': ReadWhen('subset_fraction', 'is set', lambda f: f is not None)}
 
     def __init__(self,
                  pipeline: PipelineCfg = None,

@@ -12,6 +12,7 @@ import torch
 from torchvision.transforms import v2
 
 from ifnd.registry import TRANSFORMS
+from ifnd.settings import ReadWhen, check_number
 
 Size = Union[int, Sequence[int]]
 PipelineCfg = Union[None, dict, Callable, Sequence[Any]]
@@ -55,6 +56,11 @@ class ContrastiveView(v2.Compose):
     as BYOL's (PIL's) solarisation at 128.
     """
 
+    # An operation's settings are read only where it is applied (a None probability: its preset's).
+    read_when = {'jitter': ReadWhen('jitter_p', '> 0', lambda p: p is None or p > 0),
+                 'blur_sigma': ReadWhen('blur_p', '> 0', lambda p: p is None or p > 0),
+                 'solarize_threshold': ReadWhen('solarize_p', '> 0', lambda p: p is None or p > 0)}
+
     def __init__(self,
                  size: Size,
                  scale: tuple[float, float] = (0.2, 1.0),
@@ -68,9 +74,14 @@ class ContrastiveView(v2.Compose):
                  solarize_threshold: float = 0.5) -> None:
         if len(jitter) != 4:
             raise ValueError(f'jitter must be (brightness, contrast, saturation, hue), got {jitter!r}')
-        if not 0 < solarize_threshold <= 1:
-            raise ValueError(f'solarize_threshold is on the [0, 1] scale of float images (0.5 = 128 of 255), '
-                             f'got {solarize_threshold!r}')
+        owner = type(self).__name__
+        # A probability out of [0, 1] (or NaN, which compares False) would silently switch its
+        # operation off or on for every view, on the CPU and on the device (built from params).
+        for key, p in (('jitter_p', jitter_p), ('grayscale_p', grayscale_p), ('blur_p', blur_p),
+                       ('solarize_p', solarize_p)):
+            check_number(owner, key, p, low=0, high=1, hint='the share of views it is applied to')
+        check_number(owner, 'solarize_threshold', solarize_threshold, low=0, high=1, low_open=True,
+                     hint='solarize_threshold is on the [0, 1] scale of float images (0.5 = 128 of 255)')
         ops: list[v2.Transform] = [
             v2.RandomResizedCrop(size, scale=tuple(scale), antialias=True),
             v2.RandomApply([v2.ColorJitter(*jitter)], p=jitter_p),
@@ -98,6 +109,8 @@ class ContrastiveView(v2.Compose):
 @TRANSFORMS.register_module()
 class SimCLRView(ContrastiveView):
     """SimCLR augmentation: strong colour jitter, scale (0.08, 1), blur on ImageNet-size crops."""
+
+    read_when = {**ContrastiveView.read_when, 'strength': ContrastiveView.read_when['jitter']}
 
     def __init__(self,
                  size: Size,

@@ -17,13 +17,36 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def _count(text: str) -> int:
+    """A whole number of at least 1, as a flag's value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a whole number') from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'must be at least 1, got {value}')
+    return value
+
+
 def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--model-name`` and ``--cifar-stem``: override the backbone a checkpoint carries or implies."""
+    """``--model-name``, ``--cifar-stem`` and ``--num-heads``: settle what a checkpoint's weights
+    leave open, or override what it carries."""
     parser.add_argument('--model-name',
                         help='timm backbone name; needed only when the weights leave it open '
                         '(default: the checkpoint\'s config, else the ResNet its weights describe)')
     parser.add_argument('--cifar-stem', action=argparse.BooleanOptionalAction, default=None,
                         help='override the checkpoint: 3x3 stride-1 stem without max-pooling')
+    parser.add_argument('--num-heads', type=_count, default=None,
+                        help='attention heads of a Vision Transformer read from its weights alone '
+                        '(no shape shows them); needed only when its file does not state them')
+
+
+def encoder_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``load_encoder`` that :func:`add_encoder_arguments`'s flags give."""
+    options = dict(model_name=args.model_name, num_heads=args.num_heads)
+    if args.cifar_stem is not None:
+        options['cifar_stem'] = args.cifar_stem
+    return options
 
 
 def add_extraction_arguments(parser: argparse.ArgumentParser, batch_size: int,

@@ -9,7 +9,8 @@ import torch
 from mmengine.config import Config
 
 from ifnd.engine.arguments import check_arguments
-from ifnd.engine.config_checks import check_cfg_options, check_cfg_types, check_top_level_keys
+from ifnd.engine.config_checks import (check_cfg_options, check_cfg_types, check_idle_settings,
+                                       check_top_level_keys)
 from ifnd.engine.config_files import load_config
 from ifnd.engine.optim import amp_options
 from ifnd.models.former_names import translate_former_config
@@ -41,6 +42,7 @@ def runner_config(config: str, work_dir: str | None = None, resume: str | None =
             cfg[key] = translated[key]
     check_top_level_keys(cfg)
     check_cfg_types(cfg)
+    check_idle_settings(cfg)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:

@@ -81,6 +81,9 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                              paramwise_cfg=dict(layer_decay_rate=0.75, norm_decay_mult=0.0))
     """
 
+    # The paramwise_cfg keys it reads besides mmengine's (the config checks refuse them elsewhere).
+    paramwise_keys = ('layer_decay_rate',)
+
     def __init__(self, optim_wrapper_cfg: dict, paramwise_cfg: dict | None = None) -> None:
         # The rate stays in paramwise_cfg: an empty one would skip add_params altogether.
         self.layer_decay_rate = check_layer_decay_rate((paramwise_cfg or {}).get('layer_decay_rate'))

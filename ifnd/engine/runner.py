@@ -1,15 +1,18 @@
 """The training Runner: resume under ``torch.load(weights_only=True)``, checkpoints that carry
 their config as data, clear errors for a checkpoint or data loader that cannot work."""
 import glob
+import inspect
 import math
 import os
 
+from mmengine.dist import master_only
 from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapper
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint_to_model
 
-from ifnd.engine.work_dir import resume_checkpoint, run_folders
+from ifnd.engine.run_paths import check_run_paths, write_config_dump
+from ifnd.engine.work_dir import check_work_dir, resume_checkpoint, run_folders
 from ifnd.fileio import TEMP_PREFIX, check_state_fits, config_to_data, read_checkpoint
 from ifnd.registry import RUNNERS
 
@@ -26,9 +29,32 @@ class SafeLoadRunner(Runner):
     and the optimizer settings named in ``resume_optimizer_keys`` (tools/train.py: those given
     with ``--cfg-options optim_wrapper.optimizer.KEY=...``) are taken from this run's config
     instead of the checkpoint.
+
+    Every path the run writes (:func:`check_run_paths`: the work dir, the config dump, the log folder
+    and its files, hooks' folders) is checked before mmengine writes the first, and the config dump
+    is written atomically, never over a file of its name that no run dumped.
     """
 
     resume_optimizer_keys: tuple[str, ...] = ()
+
+    def __init__(self, *args, **kwargs) -> None:
+        # mmengine makes the work dir first thing; the log folder's name is known in setup_env.
+        arguments = inspect.signature(Runner.__init__).bind(self, *args, **kwargs).arguments
+        check_work_dir(arguments['work_dir'])
+        super().__init__(*args, **kwargs)
+
+    def setup_env(self, env_cfg: dict) -> None:
+        """mmengine's set-up (processes, the start time naming the log folder), then every path the
+        run writes checked before mmengine makes the log folder, the log and the visualizer's files."""
+        super().setup_env(env_cfg)
+        check_run_paths(self.cfg, self.work_dir, self.timestamp)
+
+    @master_only
+    def dump_config(self) -> None:
+        """Write the config to the work dir atomically, never over a user's file of that name."""
+        kept = write_config_dump(self.cfg, self.work_dir, self.timestamp)
+        if kept:
+            self.logger.warning(kept)
 
     def load_or_resume(self) -> None:
         """Load or resume as mmengine does, but refuse ``--resume`` when there is nothing to resume."""

@@ -12,8 +12,8 @@ import stat
 import sys
 from collections.abc import Iterator
 
-from ifnd.fileio import (check_open_file, check_plain_file, checkpoint_config, config_to_data, open_plain,
-                         read_checkpoint)
+from ifnd.fileio import (check_open_file, check_own_path, check_plain_file, checkpoint_config, config_to_data,
+                         open_plain, read_checkpoint)
 from ifnd.models.former_names import translate_former_config
 
 # The exact names a training run writes: checkpoints and last_checkpoint in the work dir, every
@@ -39,6 +39,15 @@ def _regular_file(path: str) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def check_work_dir(work_dir: str) -> None:
+    """Refuse a work dir that is not a folder of its own name: a link would carry every file the run
+    writes elsewhere, and a file (or FIFO, socket) cannot hold them."""
+    path = os.path.abspath(work_dir)  # without a trailing '/', which would follow a link
+    fix = (f'pass the folder it names: --work-dir {os.path.realpath(path)}'
+           if os.path.islink(path) and os.path.isdir(path) else 'delete it or choose another --work-dir')
+    check_own_path(path, 'work dir', folder=True, fix=fix)
 
 
 def run_folders(work_dir: str) -> list[str]:
@@ -203,6 +212,7 @@ def hold_work_dir(work_dir: str) -> Iterator[None]:
     releases it when the holding process ends, however it ends, so a killed run never leaves its
     work dir held. (``filelock`` truncates the file on every attempt, which would erase the name.)
     """
+    check_work_dir(work_dir)
     os.makedirs(work_dir, exist_ok=True)
     path = os.path.join(work_dir, LOCK_NAME)
     try:  # the work dir's own file: never through a link, never a FIFO (no waiting for a writer)

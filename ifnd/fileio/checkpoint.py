@@ -8,6 +8,8 @@ import zipfile
 
 import torch
 
+from ifnd.settings import format_bytes
+
 from .plain_files import check_plain_file
 
 # torch.save writes a zip archive; torch < 1.6 wrote a pickle of protocol 2 (0x80 0x02).
@@ -51,7 +53,35 @@ def read_checkpoint(filename: str, map_location='cpu') -> dict:
         raise ValueError(_unreadable(filename, err)) from None
     if not isinstance(checkpoint, dict):
         raise ValueError(f'{filename} holds a {type(checkpoint).__name__}, not a state dict or checkpoint')
+    _check_dense(checkpoint, filename)
     return checkpoint
+
+
+# How deep a checkpoint's dicts and lists are searched for tensors (optimiser state: 4 levels).
+MAX_NESTING = 16
+
+
+def _check_dense(value, filename: str, where: str = '', depth: int = 0) -> None:
+    """Refuse a tensor whose shape claims more elements than the file holds for it.
+
+    ``torch.save`` keeps a view as its storage and strides: an expanded tensor (stride 0) of
+    shape ``[1, 2**30, 1]`` takes 4 bytes in the file, and a reader that builds a model of its
+    shape would allocate gigabytes. A model's weights never overlap like this.
+    """
+    if isinstance(value, torch.Tensor):
+        claimed = value.numel() * value.element_size()
+        if value.layout == torch.strided and claimed > value.untyped_storage().nbytes():
+            raise ValueError(f'{filename}: {where or "the tensor"} has shape {tuple(value.shape)} '
+                             f'({format_bytes(claimed)}) but the file holds '
+                             f'{format_bytes(value.untyped_storage().nbytes())} of it (an expanded view, '
+                             'which no model\'s weights are): the file was altered; '
+                             f'{PASS_A_CHECKPOINT}')
+    elif depth < MAX_NESTING and isinstance(value, dict):
+        for key, item in value.items():
+            _check_dense(item, filename, f'{where}.{key}' if where else str(key), depth + 1)
+    elif depth < MAX_NESTING and isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_dense(item, filename, f'{where}[{i}]', depth + 1)
 
 
 def _unreadable(filename: str, err: Exception) -> str:

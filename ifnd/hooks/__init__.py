@@ -8,8 +8,9 @@ from .negative_detector import NegativeDetectorHook
 from .pseudo_label_hook import PseudoLabelHook
 from .reliability import ReseedHook, FiniteLossHook, LogFileErrorHook
 from .runtime_info import BufferedRuntimeInfoHook
-from .eval_hooks import ClassMatchHook, FrozenBackboneCheckHook, PreciseBNHook, recompute_bn_statistics, state_fingerprint
+from .eval_hooks import (ClassMatchHook, FrozenBackboneCheckHook, PreciseBNHook, PretrainedFeaturesHook,
+                         recompute_bn_statistics, state_fingerprint)
 
 __all__ = ['ClassMatchHook', 'KNNEvalHook', 'MomentumScheduleHook', 'NegativeDetectorHook', 'PseudoLabelHook', 'FalseNegativeDetectionHook', 'FrozenBackboneCheckHook',
-           'PreciseBNHook', 'recompute_bn_statistics', 'state_fingerprint', 'ReseedHook',
+           'PreciseBNHook', 'PretrainedFeaturesHook', 'recompute_bn_statistics', 'state_fingerprint', 'ReseedHook',
            'FiniteLossHook', 'LogFileErrorHook', 'BufferedRuntimeInfoHook', 'SyncBNStatsHook', 'average_bn_statistics']

@@ -1,4 +1,5 @@
-"""Hooks for downstream evaluation: frozen-backbone checks and precise BN statistics."""
+"""Hooks for downstream evaluation: frozen-backbone and pre-trained feature checks, precise BN
+statistics."""
 from __future__ import annotations
 
 import hashlib
@@ -9,10 +10,12 @@ from collections.abc import Callable, Iterable
 import torch
 from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
+from torch.utils.data import Subset
 
-from ifnd.engine.features import unwrap_model
+from ifnd.engine.features import extract_features, unwrap_model
 from ifnd.evaluation.class_match import match_eval_classes
 from ifnd.registry import HOOKS
+from ifnd.settings import check_number
 
 
 def state_fingerprint(module: torch.nn.Module) -> dict[str, str]:
@@ -38,8 +41,8 @@ class FrozenBackboneCheckHook(Hook):
     priority = 'VERY_LOW'
 
     def __init__(self, backbone: str = 'backbone', interval: int = 1) -> None:
-        if interval < 1:
-            raise ValueError(f'FrozenBackboneCheckHook interval must be >= 1, got {interval}')
+        check_number('FrozenBackboneCheckHook', 'interval', interval, int, low=1,
+                     hint='epochs between checks')
         self.backbone = backbone
         self.interval = interval
         self._reference: dict[str, str] | None = None
@@ -125,8 +128,8 @@ class PreciseBNHook(Hook):
     priority = 'ABOVE_NORMAL'
 
     def __init__(self, num_iters: int = 200) -> None:
-        if num_iters < 1:
-            raise ValueError(f'num_iters must be >= 1, got {num_iters}')
+        check_number('PreciseBNHook', 'num_iters', num_iters, int, low=1,
+                     hint='batches the BN statistics are estimated from')
         self.num_iters = num_iters
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
@@ -147,6 +150,11 @@ class PreciseBNHook(Hook):
                            f'in {time.perf_counter() - start:.1f} s')
 
 
+def _loop_dataset(loop: object) -> object | None:
+    """The data set a built loop reads, or ``None`` (no loop, or one not built yet)."""
+    return getattr(getattr(loop, 'dataloader', None), 'dataset', None)
+
+
 @HOOKS.register_module()
 class ClassMatchHook(Hook):
     """Evaluates validation and test labels in the training split's class ids, matched by name.
@@ -163,18 +171,14 @@ class ClassMatchHook(Hook):
     def __init__(self) -> None:
         self._checkpoint_classes: list[str] | None = None
 
-    @staticmethod
-    def _dataset(loop):
-        return getattr(getattr(loop, 'dataloader', None), 'dataset', None)
-
     def _train_classes(self, runner) -> list[str] | None:
         # The private attribute: the public property would build the loop in an evaluation-only run.
-        classes = getattr(self._dataset(getattr(runner, '_train_loop', None)), 'classes', None)
+        classes = getattr(_loop_dataset(getattr(runner, '_train_loop', None)), 'classes', None)
         return classes if classes is not None else self._checkpoint_classes
 
     def _match(self, runner, loop_attr: str, split: str) -> None:
         loop = getattr(runner, loop_attr, None)
-        dataset = self._dataset(loop)
+        dataset = _loop_dataset(loop)
         train_classes = self._train_classes(runner)
         if dataset is None or train_classes is None:
             return
@@ -203,3 +207,49 @@ class ClassMatchHook(Hook):
     def before_test(self, runner) -> None:
         """Match the test labels before testing."""
         self._match(runner, '_test_loop', 'test')
+
+
+@HOOKS.register_module()
+class PretrainedFeaturesHook(Hook):
+    """Refuses a classifier's pre-trained backbone whose features nothing can learn from, before
+    training or testing; nothing for models without ``pretrained`` (pre-training).
+
+    Linear and semi-supervised evaluation compute the features batch by batch inside the step,
+    where a check would cost a host sync each: instead the backbone encodes up to ``num_samples``
+    evenly spaced images once (the validation set's, else the training set's; the test set's when
+    only testing) and they are checked as every evaluation tool checks its features: non-finite,
+    zero-length or collapsed features stop the run in one line naming the checkpoint
+    (``load_from`` where given, else ``model.pretrained``).
+    """
+
+    priority = 'HIGH'
+
+    def __init__(self, num_samples: int = 1024) -> None:
+        self.num_samples = check_number('PretrainedFeaturesHook', 'num_samples', num_samples, int, low=2)
+        self._checked = False
+
+    def _check(self, runner, loop_attrs: tuple[str, ...]) -> None:
+        model = unwrap_model(runner.model)
+        if self._checked or not hasattr(model, 'pretrained'):
+            return
+        source = runner.cfg.get('load_from') or model.pretrained
+        if not source:  # a randomly initialised backbone (ImageClassifier warns)
+            return
+        loop = next((loop for loop in (getattr(runner, attr, None) for attr in loop_attrs)
+                     if _loop_dataset(loop) is not None), None)
+        if loop is None:
+            return
+        dataset = _loop_dataset(loop)
+        index = torch.linspace(0, len(dataset) - 1, min(len(dataset), self.num_samples)).long().unique()
+        extract_features(runner.model, Subset(dataset, index.tolist()), 'f',
+                         num_workers=getattr(loop.dataloader, 'num_workers', 0),
+                         desc='checking the pre-trained features', source=source)
+        self._checked = True
+
+    def before_train(self, runner) -> None:
+        """Check the backbone as training starts (after loading or resuming)."""
+        self._check(runner, ('_val_loop', '_train_loop'))
+
+    def before_test(self, runner) -> None:
+        """Check the backbone of an evaluation-only run."""
+        self._check(runner, ('_test_loop',))

@@ -5,10 +5,10 @@ import torch
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
-from ifnd.engine.features import build_eval_dataset, extract_features
+from ifnd.engine.features import build_eval_dataset, extract_features, trained_model_source
 from ifnd.evaluation.class_match import class_id_map
 from ifnd.evaluation.metrics import knn_accuracy
-from ifnd.settings import check_knn
+from ifnd.settings import check_knn, check_number
 from ifnd.registry import HOOKS
 
 
@@ -39,8 +39,11 @@ class KNNEvalHook(Hook):
                  train_dataset: dict | None = None, interval: int = 1, k: int = 20,
                  temperature: float = 0.07, feature: str = 'f', batch_size: int = 256,
                  num_workers: int = 2, chunk_size: int = 1024, eval_at_start: bool = False) -> None:
-        if interval < 1:
-            raise ValueError(f'KNNEvalHook interval must be >= 1, got {interval}')
+        owner = 'KNNEvalHook'
+        check_number(owner, 'interval', interval, int, low=1, hint='epochs between evaluations')
+        check_number(owner, 'batch_size', batch_size, int, low=1)
+        check_number(owner, 'num_workers', num_workers, int, low=0)
+        check_number(owner, 'chunk_size', chunk_size, int, low=1, hint='queries compared at once')
         self.val_dataset = val_dataset
         self.train_dataset = train_dataset
         self.pipeline = pipeline
@@ -65,8 +68,11 @@ class KNNEvalHook(Hook):
     def evaluate(self, runner, epochs_done: int) -> float:
         """kNN top-1 (%) of the current backbone, logged at ``epochs_done``; on every rank."""
         bank_set, query_set = self._build_datasets(runner)
-        kwargs = dict(feature=self.feature, batch_size=self.batch_size,
-                      num_workers=self.num_workers)
+        # A collapsed encoder's chance-level top-1 is a true measurement: logged with a warning.
+        # Unusable (non-finite) features stop the run.
+        source = trained_model_source(runner, epochs_done)
+        kwargs = dict(feature=self.feature, batch_size=self.batch_size, num_workers=self.num_workers,
+                      source=source, on_collapse='warn')
         bank, bank_labels = extract_features(runner.model, bank_set, desc='kNN bank', **kwargs)
         query, query_labels = extract_features(runner.model, query_set, desc='kNN queries',
                                                **kwargs)

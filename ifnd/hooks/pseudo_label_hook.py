@@ -12,11 +12,13 @@ from ifnd.clustering import (ClusteringRound, broadcast_round, build_acceptance,
                              check_round_options, clustering_round, plan_round,
                              round_kmeans_options, round_seed)
 from ifnd.dist import gather_shards
-from ifnd.engine.features import build_eval_dataset, extract_features, unwrap_model
+from ifnd.engine.features import (build_eval_dataset, extract_features, trained_model_source,
+                                  unwrap_model)
+from ifnd.engine.work_dir import LABELS_FOLDER
 from ifnd.evaluation.metrics import cluster_quality, false_negative_rates, pair_precision_recall
-from ifnd.fileio import AtomicLocalBackend, write_json
+from ifnd.fileio import AtomicLocalBackend, check_own_path, write_json
 from ifnd.fileio.json_files import read_json
-from ifnd.settings import check_number, check_optional, check_seed
+from ifnd.settings import ReadWhen, check_number, check_optional, check_seed, check_temperature
 from ifnd.registry import HOOKS
 
 
@@ -57,10 +59,16 @@ class PseudoLabelHook(Hook):
     """
 
     priority = 'NORMAL'  # before CheckpointHook, so each checkpoint holds the new labels
+    # Folders it writes in the work dir, checked when the run starts (ifnd/engine/run_paths.py).
+    work_dir_folders = (LABELS_FOLDER,)
 
     # The keys a config may set inside dict-valued arguments, with their types: read by the
     # config checks of tools/train.py (``--cfg-options custom_hooks.0.kmeans.backend=torch``).
     config_dict_options = {'kmeans': round_kmeans_options()}
+    # What it gives the model (config checks: a model that reads pseudo labels needs this hook).
+    provides = ('label_bank',)
+    # τ of κ: PCL's score ranks by the concentrations, made at the model's temperature.
+    read_when = {'temperature': ReadWhen('score', "is 'kappa'", lambda score: score == 'kappa')}
 
     def __init__(self, num_clusters: list[int], pipeline: dict | None = None, interval: int = 1,
                  acceptance: dict | None = None, feature: str = 'z', score: str = 'kappa',
@@ -82,10 +90,8 @@ class PseudoLabelHook(Hook):
         check_optional(owner, 'batch_size', batch_size, int, low=1,
                        hint='or None: 2048 for data held on the device, else 256')
         check_number(owner, 'num_workers', num_workers, int, low=0)
-        check_optional(owner, 'temperature', temperature)
-        if temperature is not None and not temperature > 0:
-            raise ValueError(f'PseudoLabelHook temperature (τ of κ) must be positive, or None for '
-                             f"the model's loss temperature, got {temperature}")
+        if temperature is not None:  # τ of κ, the loss's by default: the loss's range
+            check_temperature(owner, temperature)
         self.acceptance = self._build_acceptance(acceptance, score)
         check_seed(owner, 'seed', seed)
         # The k-means backend, its options and the sharding are checked here, once.
@@ -119,17 +125,25 @@ class PseudoLabelHook(Hook):
                              'with no score; the clustering round ranks by its score: remove it')
         return acceptance
 
+    def _computes_concentration(self, model) -> bool:
+        """Whether the rounds compute PCL's per-cluster concentrations (PCL's loss, or its score)."""
+        return model.uses_prototypes or self.score == 'pcl'
+
+    def _kappa_temperature(self, model) -> float:
+        """τ of κ: the hook's, else the model's loss temperature."""
+        return float(model.temperature if self.temperature is None else self.temperature)
+
     def _data(self, runner):
         if self._dataset is None:
             cfg = self.dataset or runner.cfg.train_dataloader.dataset
             self._dataset = build_eval_dataset(cfg, self.pipeline)
         return self._dataset
 
-    def before_train(self, runner) -> None:
-        """Start from instance labels and run the first round, unless resumed with labels."""
-        model = unwrap_model(runner.model)
-        bank = getattr(model, 'label_bank', None)
-        if bank is None:
+    def check_run(self, model: torch.nn.Module, max_epochs: int) -> list[str]:
+        """Refuse settings with which ``model``'s run of ``max_epochs`` would get no pseudo label,
+        known only once the model and the run's length are (its temperature, its detector), and
+        return warnings for those that leave part of it idle."""
+        if getattr(model, 'label_bank', None) is None:
             raise TypeError(f'PseudoLabelHook needs an algorithm with pseudo labels (IFND, '
                             f"IFNDMoCo, PCL, or detector=dict(type='PseudoLabels')); "
                             f'{type(model).__name__} keeps none: remove the hook from custom_hooks')
@@ -139,11 +153,29 @@ class PseudoLabelHook(Hook):
                              f'PseudoLabelHook clusters at ({len(self.num_clusters)}: num_clusters='
                              f'{self.num_clusters}), so nothing would be flagged: set agreement to at most '
                              f'{len(self.num_clusters)}, or add levels')
-        idle = self.acceptance.idle_reason(runner.max_epochs, self.interval)
-        if idle:  # known only now (train_cfg.max_epochs)
-            runner.logger.warning(f'{idle}: every sample keeps a label of its own, so the '
-                                  'pseudo labels change nothing in this run; lower the setting '
-                                  'or raise train_cfg.max_epochs')
+        warnings = []
+        if model.needs.concentration and not self._computes_concentration(model):
+            warnings.append(f"{type(model.detector).__name__} concentration=True reads PCL's "
+                            'per-cluster concentrations, which the rounds compute only with '
+                            f"score='pcl' (this hook has score={self.score!r}), so every cluster "
+                            "gets the same selection_temperature: set the hook's score='pcl', or "
+                            'concentration=False')
+        unlikely = self.acceptance.check_round(self.num_clusters, self._kappa_temperature(model))
+        if unlikely:
+            warnings.append(unlikely)
+        idle = self.acceptance.idle_reason(max_epochs, self.interval)
+        if idle:
+            warnings.append(f'{idle}: every sample keeps a label of its own, so the pseudo labels '
+                            'change nothing in this run; lower the setting or raise '
+                            'train_cfg.max_epochs')
+        return warnings
+
+    def before_train(self, runner) -> None:
+        """Start from instance labels and run the first round, unless resumed with labels."""
+        model = unwrap_model(runner.model)
+        for warning in self.check_run(model, runner.max_epochs):  # before the first round
+            runner.logger.warning(warning)
+        bank = model.label_bank
         num = len(self._data(runner))
         if bank.num_levels == len(self.num_clusters) and bank.num_samples == num and runner.epoch > 0:
             if bank.cluster_counts == self.num_clusters:
@@ -178,14 +210,15 @@ class PseudoLabelHook(Hook):
         device = bank.labels.device
         backend, sharded = self._plan(device)
         tic = time.perf_counter()
-        # Sharded, every rank keeps its own features; otherwise all are gathered everywhere.
-        feats, true_labels = extract_features(runner.model, dataset, self.feature, self.batch_size,
-                                              self.num_workers, desc=f'clustering round '
-                                              f'(epoch {epochs_done})', gather=not sharded,
-                                              autocast=self.autocast)
+        # Sharded, every rank keeps its own features; otherwise all are gathered everywhere. Labels
+        # from non-finite or collapsed features would be chance and steer the loss: the run stops.
+        feats, true_labels = extract_features(
+            runner.model, dataset, self.feature, self.batch_size, self.num_workers,
+            desc=f'clustering round (epoch {epochs_done})', gather=not sharded, autocast=self.autocast,
+            source=trained_model_source(runner, epochs_done))
         extract_s = time.perf_counter() - tic
         num = len(dataset)
-        pcl = model.uses_prototypes or self.score == 'pcl'
+        pcl = self._computes_concentration(model)
         stats: dict = {}
         result = None  # the round, on the processes that ran it
         set_aside = self.acceptance.check_samples(num)
@@ -194,8 +227,7 @@ class PseudoLabelHook(Hook):
         if sharded or is_main_process():
             result = clustering_round(
                 feats.to(device), self.num_clusters, acceptance=self.acceptance,
-                temperature=float(model.temperature if self.temperature is None
-                                  else self.temperature),
+                temperature=self._kappa_temperature(model),
                 seed=round_seed(self.seed, epochs_done), kmeans={**self.kmeans, 'backend': backend},
                 score=self.score, concentration_temperature=float(model.temperature) if pcl else None,
                 num_samples=num if sharded else None)
@@ -270,7 +302,8 @@ class PseudoLabelHook(Hook):
         runner.visualizer.add_scalars(scalars, step=stats['epoch'])
 
     def _save(self, runner, stats, labels, true_labels, saved) -> None:
-        folder = os.path.join(runner.work_dir, 'pseudo_labels')
+        folder = os.path.join(runner.work_dir, LABELS_FOLDER)
+        check_own_path(folder, f'{LABELS_FOLDER} folder', folder=True)  # never written through a link
         path = os.path.join(folder, f'epoch_{stats["epoch"]:04d}.npz')
         buffer = io.BytesIO()
         np.savez_compressed(buffer, labels=labels.numpy(), true_labels=true_labels.numpy(),

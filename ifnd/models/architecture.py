@@ -28,15 +28,9 @@ from mmengine.logging import print_log
 from ifnd.fileio import checkpoint_config, config_data
 from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
 from ifnd.registry import ACCEPTANCES, MODELS, parameter_types
-from ifnd.settings import Bound
+from ifnd.settings import MAX_MODEL_BYTES, MAX_SIZE, Bound, format_bytes
 from ifnd.models.former_names import translate_former_names
 
-# Largest width, length or count a checkpoint may ask for: far above any real architecture
-# (ResNet-50's widest layer is 2048, MoCo's queue 65536), far below an allocation that hurts.
-MAX_SIZE = 1 << 20
-# Most memory a checkpoint's model (weights and buffers) may need: sizes that pass one by one can
-# still multiply (a 10^6-wide head on a 10^6 queue); ResNet-50 IFNDMoCo needs 0.3 GB.
-MAX_BYTES = 8 << 30
 NAME = re.compile(r'[A-Za-z0-9_]{1,64}')
 
 
@@ -245,17 +239,9 @@ def _keep(config: Any, allowed: dict, where: str, dropped: list[str]) -> dict:
     return kept
 
 
-def format_bytes(size: int) -> str:
-    """A memory size for messages: ``'6.1 GB'``, ``'45.3 MB'``, ``'12 kB'``."""
-    for unit, scale in (('GB', 1e9), ('MB', 1e6)):
-        if size >= scale / 10:
-            return f'{size / scale:.1f} {unit}'
-    return f'{size / 1e3:.0f} kB'
-
-
 def _meta_model(model: dict):
     """``model`` built on the ``meta`` device (no memory), refused if it does not build or would
-    need more than ``MAX_BYTES``."""
+    need more than ``MAX_MODEL_BYTES``."""
     import torch
     try:
         with torch.device('meta'):
@@ -263,9 +249,9 @@ def _meta_model(model: dict):
     except Exception as err:  # noqa: BLE001 (any failure to build makes the config unusable)
         raise _Refused(f'it does not build ({type(err).__name__}: {err})') from None
     needed = _memory(module)
-    if needed > MAX_BYTES:
+    if needed > MAX_MODEL_BYTES:
         raise _Refused(f'it would need {format_bytes(needed)} for its weights and buffers, more '
-                       f'than the {format_bytes(MAX_BYTES)} a checkpoint may ask for')
+                       f'than the {format_bytes(MAX_MODEL_BYTES)} a model may take')
     return module
 
 

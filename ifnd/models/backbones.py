@@ -1,5 +1,5 @@
 """Backbones: any timm model that returns pooled features."""
-from typing import Literal
+from typing import Annotated, Literal
 
 import timm
 import torch
@@ -7,6 +7,8 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from ifnd.device import check_compile, compile_options
+from ifnd.models.vit_architecture import (VIT_DEPTH, VIT_SIZE, check_vit_memory, check_vit_sizes,
+                                          vit_defaults)
 from ifnd.registry import MODELS
 
 
@@ -130,11 +132,16 @@ class ViTBackbone(TimmBackbone):
     keeps the random patch projection as initialised (MoCo v3's stabilisation of ViT training):
     its weights get no gradient, so no optimiser changes them. ``sincos_pos_embed=True`` replaces
     the learned position embedding by MoCo v3's fixed 2-D sin-cos one (not trained either).
+    The sizes are checked before anything is built: each in its range, the heads dividing the
+    width, and the weights within ``MAX_MODEL_BYTES``.
     """
 
-    def __init__(self, model_name: str = 'vit_small_patch16_224', img_size: int | None = None,
-                 patch_size: int | None = None, embed_dim: int | None = None,
-                 depth: int | None = None, num_heads: int | None = None,
+    def __init__(self, model_name: str = 'vit_small_patch16_224',
+                 img_size: Annotated[int, VIT_SIZE] | None = None,
+                 patch_size: Annotated[int, VIT_SIZE] | None = None,
+                 embed_dim: Annotated[int, VIT_SIZE] | None = None,
+                 depth: Annotated[int, VIT_DEPTH] | None = None,
+                 num_heads: Annotated[int, VIT_SIZE] | None = None,
                  mlp_ratio: float | None = None, global_pool: Literal['token', 'avg'] = 'token',
                  frozen_patch_embed: bool = False, sincos_pos_embed: bool = False,
                  drop_path_rate: float = 0.0,
@@ -148,6 +155,9 @@ class ViTBackbone(TimmBackbone):
         not_vit = ValueError(f'ViTBackbone needs a timm Vision Transformer, {model_name!r} is '
                              "none: use e.g. 'vit_small_patch16_224', or type='TimmBackbone' for "
                              'other networks')
+        defaults = vit_defaults(model_name) if isinstance(model_name, str) else None
+        if defaults is not None:  # otherwise timm's build below names what the name is
+            self._check_sizes(model_name, sizes, defaults, global_pool=global_pool)
         try:
             super().__init__(model_name, pretrained=pretrained, channels_last=channels_last,
                              compile=compile, init_cfg=init_cfg, global_pool=global_pool,
@@ -165,6 +175,21 @@ class ViTBackbone(TimmBackbone):
         if sincos_pos_embed:
             self._use_sincos_pos_embed()
 
+    @staticmethod
+    def _check_sizes(model_name: str, sizes: dict, defaults: dict, **options) -> None:
+        """Refuse sizes out of range, heads that do not divide the width, and weights beyond
+        ``MAX_MODEL_BYTES``, before a module is made (a block costs time even on the meta device)."""
+        import timm
+        checked = check_vit_sizes(sizes, defaults)
+        given = {key: value for key, value in sizes.items() if value is not None}
+        with torch.device('meta'):  # one block: what the others repeat, no memory
+            one_block = timm.create_model(model_name, pretrained=False, num_classes=0,
+                                          **dict(given, depth=1), **options)
+        per_block = sum(p.numel() for p in one_block.blocks[0].parameters())
+        total = sum(t.numel() for t in (*one_block.parameters(), *one_block.buffers()))
+        element_size = next(one_block.parameters()).element_size()
+        check_vit_memory(per_block, total - per_block, checked['depth'], element_size)
+
     @property
     def input_size(self) -> int | None:
         """The image size of the position embedding, which timm's ViT requires of every input."""
@@ -172,6 +197,16 @@ class ViTBackbone(TimmBackbone):
         if getattr(self.model, 'dynamic_img_size', False) or not getattr(embed, 'strict_img_size', True):
             return None
         return embed.img_size[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Pooled features of a batch of images of the size the position embedding fixes."""
+        size = self.input_size
+        if size is not None and tuple(x.shape[-2:]) != (size, size):
+            raise ValueError(f'model.backbone.img_size={size}, but the data\'s images are '
+                             f'{x.shape[-2]}x{x.shape[-1]} pixels (a ViT\'s position embedding '
+                             f'fixes its input size): set model.backbone.img_size={x.shape[-2]}, '
+                             f'or make the pipeline\'s views {size} pixels')
+        return super().forward(x)
 
     def _use_sincos_pos_embed(self) -> None:
         model = self.model

@@ -24,9 +24,9 @@ from torch import nn
 from ifnd.fileio.checkpoint_layouts import backbone_state
 from ifnd.registry import MODELS
 
-from .encoder import (IMAGENET_PREPROCESSOR, backbone_fits, load_backbone_weights,
-                      load_checkpoint_file, resolve_backbone_config)
-from .vit_architecture import checkpoint_num_heads
+from .architecture import checkpoint_architecture
+from .encoder import (IMAGENET_PREPROCESSOR, backbone_fits, backbone_num_heads, load_backbone_weights,
+                      load_checkpoint_file, resolve_backbone_config, stated_num_heads)
 
 
 # How a backbone trains, not the shapes of its weights: kept from the configured backbone when the
@@ -41,13 +41,12 @@ def _training_settings(configured: dict, backbone: dict) -> dict:
     return {key: configured[key] for key in TRAINING_SETTINGS if key in configured and key in takes}
 
 
-def _fits(backbone: dict, checkpoint: dict, source: str) -> bool:
+def _fits(backbone: dict, checkpoint: dict, source: str, stated_heads: int | None) -> bool:
     """Whether a backbone config has the checkpoint's keys and shapes, and the attention heads
-    it states (MoCo v3's ViTs: 12, which no shape shows)."""
+    it states (``stated_heads``: its config's, MoCo v3's 12, which no shape shows)."""
     if not backbone_fits(backbone, backbone_state(checkpoint, source)):
         return False
-    heads = checkpoint_num_heads(checkpoint)
-    return heads is None or backbone.get('type') != 'ViTBackbone' or backbone.get('num_heads') == heads
+    return stated_heads is None or backbone_num_heads(backbone) in (None, stated_heads)
 
 
 @MODELS.register_module()
@@ -58,21 +57,28 @@ class ImageClassifier(BaseModel):
     backbone-only files, MoCo, PCL, HCSC, solo-learn, mmselfsup, VISSL, DINO, torchvision/timm,
     transformers ViTs); ``tools/train.py`` turns a model zoo name, ``zoo:NAME``, into its
     downloaded, verified file. ``backbone``
-    is used when it fits the checkpoint's weights; otherwise the checkpoint's own backbone (its
-    config, or the ResNet its weights describe) replaces it, with a warning.
+    is used when it fits the checkpoint's weights (and the attention heads the file states);
+    otherwise the checkpoint's own backbone (its config, or the ResNet or ViT its weights
+    describe) replaces it, with a warning. ``pretrained_num_heads`` gives the attention heads of
+    a ViT read from its weights alone, which no shape shows, where its file does not state them.
     ``predict`` returns one ``dict(pred_score, gt_label)`` per sample for the ``Accuracy`` metric.
     """
 
     def __init__(self, backbone: dict, num_classes: int, pretrained: str | None = None,
                  frozen: bool = True, head_norm: bool = False, data_preprocessor: dict | None = None,
-                 init_cfg: dict | None = None) -> None:
+                 init_cfg: dict | None = None, pretrained_num_heads: int | None = None) -> None:
         super().__init__(data_preprocessor=MODELS.build(data_preprocessor or IMAGENET_PREPROCESSOR),
                          init_cfg=init_cfg)
         if num_classes < 1:
             raise ValueError(f'num_classes must be >= 1, got {num_classes}')
         checkpoint = load_checkpoint_file(pretrained) if pretrained else None
-        if checkpoint is not None and not _fits(backbone, checkpoint, pretrained):
-            configured, backbone = backbone, resolve_backbone_config(checkpoint, pretrained)
+        architecture, stated = None, pretrained_num_heads
+        if checkpoint is not None and stated is None and backbone_num_heads(backbone) is not None:
+            architecture = checkpoint_architecture(checkpoint, pretrained)
+            stated = stated_num_heads(checkpoint, architecture)
+        if checkpoint is not None and not _fits(backbone, checkpoint, pretrained, stated):
+            configured, backbone = backbone, resolve_backbone_config(
+                checkpoint, pretrained, architecture=architecture, num_heads=pretrained_num_heads)
             kept = _training_settings(configured, backbone)
             backbone.update(kept)
             print_log(f'ImageClassifier: model.backbone {dict(configured)} does not fit {pretrained}; '
@@ -124,6 +130,13 @@ class ImageClassifier(BaseModel):
             with torch.no_grad():
                 return self.backbone(inputs)
         return self.backbone(inputs)
+
+    @torch.no_grad()
+    def clustering_features(self, inputs: torch.Tensor, feature: str = 'f') -> torch.Tensor:
+        """L2-normalised backbone features, as feature extraction reads every model's."""
+        if feature != 'f':
+            raise ValueError(f"a classifier gives backbone features only (feature='f'), got {feature!r}")
+        return F.normalize(self.backbone(inputs).float(), dim=1)
 
     def forward(self, inputs: torch.Tensor | list[torch.Tensor], data_samples: dict | None = None,
                 mode: str = 'tensor') -> torch.Tensor | dict[str, torch.Tensor] | list[dict]:

@@ -69,6 +69,13 @@ class ContrastiveAlgorithm(BaseModel):
         self.track_detection = False
         self.detection_counts: torch.Tensor | None = None
 
+    @classmethod
+    def configured_detector(cls, settings: dict) -> str | None:
+        """The type of the detector a model built from the config ``settings`` holds (None: none),
+        read without building it (the config checks ask what it needs)."""
+        detector = settings.get('detector')
+        return detector.get('type') if isinstance(detector, dict) else None
+
     def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
         """Backbone features f(x)."""
         return self.backbone(inputs)

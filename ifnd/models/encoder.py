@@ -7,6 +7,7 @@ without a config have their ResNet or ViT architecture read from the weights' ke
 (:func:`infer_backbone_config`).
 """
 import copy
+import inspect
 import re
 
 import timm
@@ -18,7 +19,10 @@ from ifnd.fileio import read_checkpoint as load_checkpoint_file  # the tools' na
 from ifnd.fileio.checkpoint import check_weights
 from ifnd.fileio.checkpoint_layouts import backbone_state, key_prefixes
 from ifnd.models.architecture import checkpoint_architecture
-from ifnd.models.vit_architecture import checkpoint_num_heads, infer_vit_config, is_vit_state
+from ifnd.models.backbones import ViTBackbone
+from ifnd.models.vit_architecture import (HEADS_FIX, ImpossibleWeights, UnstatedHeads,
+                                          checkpoint_num_heads, infer_vit_config, is_vit_state,
+                                          vit_defaults, vit_shapes)
 from ifnd.registry import MODELS
 
 IMAGENET_PREPROCESSOR = dict(type='ContrastiveDataPreprocessor', mean=(0.485, 0.456, 0.406),
@@ -91,7 +95,8 @@ def infer_backbone_config(state: dict[str, torch.Tensor], num_heads: int | None 
     """The backbone config that rebuilds exactly the ResNet or ViT whose weights ``state`` holds.
 
     A timm-style Vision Transformer is read by :func:`infer_vit_config` (``num_heads``: the
-    attention heads its file states, which its shapes cannot show).
+    attention heads its file or its user states, which its shapes cannot show; without them
+    :class:`UnstatedHeads`).
 
     Reads the block type (basic or bottleneck) and per-stage block counts (hence the depth),
     the stem and stage widths (``stem_width``, ``channels``) and a 3x3 ``conv1`` (the CIFAR stem,
@@ -151,9 +156,12 @@ def _vit_config(state: dict[str, torch.Tensor], num_heads: int | None) -> dict:
     """The ``ViTBackbone`` config of ViT weights, refused unless it has exactly their keys and shapes."""
     try:
         cfg = infer_vit_config(state, num_heads)
+    except UnstatedHeads:
+        raise
     except ValueError as err:
+        fix = '' if isinstance(err, ImpossibleWeights) else f'; {MODEL_NAME_HINT}'
         raise ValueError(f'the weights are a Vision Transformer whose architecture cannot be read '
-                         f'from them: {err}; {MODEL_NAME_HINT}') from None
+                         f'from them: {err}{fix}') from None
     if not backbone_fits(cfg, state):
         raise ValueError(f'the weights are a Vision Transformer that {cfg} does not match exactly '
                          f'(keys: {key_prefixes(state, 1, 8)}); {MODEL_NAME_HINT} and the options '
@@ -171,7 +179,8 @@ def _mismatch_error(backbone: torch.nn.Module, state: dict, source: str) -> Valu
     def listing(keys):
         return ', '.join(keys[:12]) + (f' ... ({len(keys)} in all)' if len(keys) > 12 else '')
     try:
-        hint = f'The weights are {infer_backbone_config(state)}'
+        hint = (f'The weights are a Vision Transformer {vit_shapes(state)}' if is_vit_state(state)
+                else f'The weights are {infer_backbone_config(state)}')
     except ValueError as err:
         hint = str(err)[0].upper() + str(err)[1:]
     return ValueError(
@@ -199,19 +208,56 @@ def load_backbone_weights(backbone: torch.nn.Module, path: str, checkpoint: dict
     backbone.model.load_state_dict(state, strict=True)
 
 
+def backbone_num_heads(backbone: dict | None) -> int | None:
+    """The attention heads a backbone config builds (its ``num_heads``, else its timm name's),
+    None for a network without them."""
+    if not backbone:
+        return None
+    if backbone.get('num_heads') is not None:
+        return backbone['num_heads']
+    name = backbone.get('model_name')
+    if name is None and backbone.get('type') == 'ViTBackbone':  # its own default network
+        name = inspect.signature(ViTBackbone).parameters['model_name'].default
+    defaults = vit_defaults(name) if isinstance(name, str) else None
+    return defaults['num_heads'] if defaults else None
+
+
+def stated_num_heads(checkpoint: dict, architecture: dict | None) -> int | None:
+    """The attention heads a checkpoint states for its ViT: those of its config's backbone
+    (``architecture``, as :func:`checkpoint_architecture` reads it), else MoCo v3's ``arch``."""
+    return backbone_num_heads((architecture or {}).get('backbone')) or checkpoint_num_heads(checkpoint)
+
+
+def _with_num_heads(backbone: dict, num_heads: int | None, stated: int | None, source: str) -> dict:
+    """``backbone`` with the heads the user gives, refused where the file states others or the
+    network has none (a flag that changes nothing, or contradicts the file, is a slip)."""
+    if num_heads is None:
+        return backbone
+    if backbone_num_heads(backbone) is None and backbone.get('type') != 'ViTBackbone':
+        raise ValueError(f'--num-heads {num_heads} (num_heads): {source} holds a '
+                         f'{backbone.get("model_name", "network")}, which has no attention heads; '
+                         'leave it out')
+    if stated is not None and stated != num_heads:
+        raise ValueError(f'--num-heads {num_heads} (num_heads): {source} states {stated} attention '
+                         'heads for its ViT (its config, or its arch); leave it out')
+    return dict(backbone, num_heads=num_heads)
+
+
 def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_name: str | None = None,
                             default_backbone: dict | None = None, architecture: dict | None = None,
-                            **backbone_kwargs) -> dict:
+                            num_heads: int | None = None, **backbone_kwargs) -> dict:
     """The backbone config that rebuilds a checkpoint's backbone, explicit settings applied last.
 
     In order: the architecture the checkpoint's config describes (``architecture``, when the
     caller has read it with :func:`checkpoint_architecture`); else ``default_backbone`` when it
     fits the weights exactly; else what :func:`infer_backbone_config` reads from the weights;
     ``model_name`` settles a name the weights leave open (its stem and width still come from
-    the weights).
+    the weights). A ViT's attention heads, which no shape shows, come from the file (its config,
+    MoCo v3's ``arch``) or ``num_heads``; with neither, one line asks for them.
     """
     if architecture is None:
         architecture = checkpoint_architecture(checkpoint, source)
+    stated = stated_num_heads(checkpoint, architecture)
     own = (architecture or {}).get('backbone')
     if own:
         backbone = copy.deepcopy(dict(own))
@@ -225,9 +271,13 @@ def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_
         default.setdefault('type', 'TimmBackbone')
         if 'model_name' in default and backbone_fits(dict(default, **backbone_kwargs), state):
             backbone = default
+            if stated is not None and backbone_num_heads(default) not in (None, stated):
+                backbone['num_heads'] = stated  # the same shapes: the file's heads, not the name's
         else:
             try:
-                backbone = infer_backbone_config(state, checkpoint_num_heads(checkpoint))
+                backbone = infer_backbone_config(state, num_heads or stated)
+            except UnstatedHeads as err:
+                raise ValueError(f'{source} holds {err}: {HEADS_FIX}') from None
             except ValueError as err:
                 if 'model_name' not in default:
                     raise ValueError(f'{source}: {err}') from None
@@ -235,23 +285,26 @@ def resolve_backbone_config(checkpoint: dict, source: str = 'checkpoint', model_
             else:
                 if model_name is not None:
                     backbone['model_name'] = model_name
+    backbone = _with_num_heads(backbone, num_heads, stated, source)
     backbone.update(backbone_kwargs)
     backbone['pretrained'] = False  # the weights come from the checkpoint, never from timm's hub
     return backbone
 
 
 def load_encoder(path: str, model_name: str | None = None, data_preprocessor: dict | None = None,
-                 default_backbone: dict | None = None, **backbone_kwargs) -> Encoder:
+                 default_backbone: dict | None = None, num_heads: int | None = None,
+                 **backbone_kwargs) -> Encoder:
     """An ``Encoder`` with a checkpoint's backbone weights, in any layout of ``CHECKPOINT_LAYOUTS``.
 
     The backbone comes from :func:`resolve_backbone_config`: the checkpoint's own config (ours
-    carry one), else ``default_backbone`` if it fits, else the ResNet the weights describe.
-    ``model_name`` and ``backbone_kwargs`` (e.g. ``cifar_stem``) override.
+    carry one), else ``default_backbone`` if it fits, else the ResNet or ViT the weights describe
+    (a ViT's attention heads from the file or ``num_heads``). ``model_name`` and
+    ``backbone_kwargs`` (e.g. ``cifar_stem``) override.
     """
     checkpoint = load_checkpoint_file(path)
     architecture = checkpoint_architecture(checkpoint, path) or {}
     backbone = resolve_backbone_config(checkpoint, path, model_name, default_backbone,
-                                       architecture, **backbone_kwargs)
+                                       architecture, num_heads, **backbone_kwargs)
     encoder = Encoder(backbone, data_preprocessor or architecture.get('data_preprocessor'))
     load_backbone_weights(encoder.backbone, path, checkpoint)
     return encoder

@@ -110,11 +110,32 @@ FORMER_HOOK_KEYS = {'PseudoLabelHook': ('scheme', 'final_rate', 'step_epoch', 't
 # Former key -> its name on the acceptance part.
 _ACCEPTANCE_RENAMED = {'final_rate': 'final_rate', 'step_epoch': 'step_epoch',
                        'threshold': 'certainty_share', 'interval': 'interval', 'seed': 'seed'}
+# A hook's former key -> the key under the hook it stands for now.
+FORMER_HOOK_NAMES = {'scheme': 'acceptance.type', 'confidence': 'score',
+                     **{key: f'acceptance.{_ACCEPTANCE_RENAMED[key]}'
+                        for key in FORMER_HOOK_KEYS['PseudoLabelHook'] if key in _ACCEPTANCE_RENAMED}}
 
 
-def _acceptance(current: object, given: dict, source: str) -> tuple[dict, list[str]]:
-    """The acceptance part ``given`` (former keys) makes of ``current`` (a part or None), and the
-    former settings the new part has no use for (they were ignored then too)."""
+def former_option_clash(options: dict) -> str | None:
+    """Where ``--cfg-options`` give a hook's former key beside the key it stands for now (the former
+    would silently win), one line naming both and the fix; else None."""
+    for key in options:
+        hook, _, name = key.rpartition('.')
+        current = FORMER_HOOK_NAMES.get(name)
+        if current is None or not hook.startswith('custom_hooks.'):
+            continue
+        clash = [other for other in options
+                 if other in (f'{hook}.{current}', f'{hook}.{current.split(".")[0]}')]
+        if clash:
+            return (f'--cfg-options gives {key} (the former spelling of {hook}.{current}) and '
+                    f'{clash[0]}, and the former key would win: give {hook}.{current} alone')
+    return None
+
+
+def _acceptance(current: object, given: dict, source: str) -> tuple[dict, list[str], list[str]]:
+    """The acceptance part ``given`` (former keys) makes of ``current`` (a part or None), the
+    former settings the new part has no use for (they were ignored then too), and the settings of
+    ``current`` it drops."""
     ACCEPTANCES.import_from_location()  # the parts register where they are defined
     current = dict(current) if isinstance(current, dict) else {}
     scheme = given.get('scheme')
@@ -132,6 +153,8 @@ def _acceptance(current: object, given: dict, source: str) -> tuple[dict, list[s
     cls = ACCEPTANCES.module_dict[kind]
     takes = set(inspect.signature(cls).parameters)
     part = {'type': kind, **{k: v for k, v in current.items() if k in takes}}
+    lost = [f'type={current["type"]!r}'] if current.get('type', kind) != kind else []
+    lost += [f'{k}={v!r}' for k, v in current.items() if k != 'type' and k not in takes]
     unused = []
     for key, value in given.items():
         if key == 'scheme':
@@ -144,35 +167,44 @@ def _acceptance(current: object, given: dict, source: str) -> tuple[dict, list[s
                              f'(now ConfidentAcceptance(certainty_share=...)); with {kind} remove it')
         else:
             unused.append(f'{key}={value!r}')
-    return part, unused
+    return part, unused, lost
 
 
-def translate_former_hook(hook: object, source: str) -> object:
-    """``hook`` (a hook config) with its former keys written as ``acceptance=`` and ``score=``.
+def translate_former_hook(hook: object, source: str, key: str = '') -> object:
+    """``hook`` (a hook config, at config ``key`` where known) with its former keys written as
+    ``acceptance=`` and ``score=``.
 
     The former keys win over the part's own: the base configs say ``acceptance=`` and ``score=``,
     so a former key comes from a user's command or config written over them. Returns ``hook``
-    itself when it has none, else a translated copy and one log line.
+    itself when it has none, else a translated copy and one log line, which names the acceptance
+    part they replace where it was of another type or had settings the new one drops.
     """
     if not isinstance(hook, dict) or hook.get('type') not in FORMER_HOOK_KEYS:
         return hook
-    given = {key: hook[key] for key in FORMER_HOOK_KEYS[hook['type']] if key in hook}
+    given = {name: hook[name] for name in FORMER_HOOK_KEYS[hook['type']] if name in hook}
     if not given:
         return hook
-    said = ', '.join(f'{k}={v!r}' for k, v in given.items())
+    prefix = f'{key}.' if key else ''
+    said = ', '.join(f'{prefix}{k}={v!r}' for k, v in given.items())
     said_keys = set(given)
     translated = {k: v for k, v in hook.items() if k not in given}
     if 'confidence' in given:
         translated['score'] = given.pop('confidence')
     unused: list[str] = []
+    lost: list[str] = []
     if given:
-        translated['acceptance'], unused = _acceptance(hook.get('acceptance'), given, source)
+        translated['acceptance'], unused, lost = _acceptance(hook.get('acceptance'), given, source)
     written = ', '.join(f'{k}={translated[k]!r}' for k, new in
                         (('acceptance', bool(given)), ('score', 'confidence' in said_keys)) if new)
     dropped = f' ({", ".join(unused)}: no setting of it, dropped)' if unused else ''
-    print_log(f'{source}: read the former {said} of {hook["type"]} as {written}{dropped}; write '
-              'it so (docs/methods.md)',
-              logger='current', level=logging.WARNING)
+    replaced = '; write it so'
+    if lost:  # the hook's own part, of another type or with settings the new one drops
+        own = {'type': hook['acceptance'].get('type'), **hook['acceptance']}  # its type first
+        replaced = (f", in place of its {prefix}acceptance={own!r} ({', '.join(lost)} lost); to "
+                    'keep that part remove the former keys, else write '
+                    f"{prefix}acceptance={translated['acceptance']!r} alone")
+    print_log(f'{source}: read the former {said} of {hook["type"]} as {written}{dropped}{replaced} '
+              '(docs/methods.md)', logger='current', level=logging.WARNING)
     return translated
 
 
@@ -185,7 +217,7 @@ def translate_former_detector(detector: object, source: str) -> object:
     unknown = sorted(set(former) - set(_ACCEPTANCE_RENAMED) - {'scheme'}, key=str)
     if unknown:
         return detector  # not the former spelling: the part's own check names what is wrong
-    part, unused = _acceptance(None, former, source)
+    part, unused, _ = _acceptance(None, former, source)
     dropped = f' ({", ".join(unused)}: no setting of it, dropped)' if unused else ''
     print_log(f'{source}: read the detector\'s former acceptance={former!r} as acceptance={part!r}'
               f'{dropped}; write it so (docs/methods.md)', logger='current', level=logging.WARNING)
@@ -199,5 +231,6 @@ def translate_former_config(config: dict, source: str) -> dict:
         translated['model'] = translate_former_names(config['model'], source)
     hooks = config.get('custom_hooks')
     if isinstance(hooks, (list, tuple)):
-        translated['custom_hooks'] = [translate_former_hook(hook, source) for hook in hooks]
+        translated['custom_hooks'] = [translate_former_hook(hook, source, f'custom_hooks.{i}')
+                                      for i, hook in enumerate(hooks)]
     return translated

@@ -81,8 +81,9 @@ class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
         name = type(self).__name__
         queue_len = check_number(name, 'queue_len', queue_len, int, low=1,
                                  hint='the number of queued keys, the negatives')
-        momentum = check_number(name, 'momentum', momentum, low=0, high=1,
-                                hint="the key encoder's share of its own weights at each step")
+        momentum = check_number(name, 'momentum', momentum, low=0, high=1, high_open=True,
+                                hint="the key encoder's share of its own weights at each step; 1 "
+                                'would keep it at its initial weights')
         bn_splits = check_number(name, 'bn_splits', bn_splits, int, low=1,
                                  hint="groups of the key encoder's BN statistics")
         super().__init__(backbone, neck, temperature, **kwargs)

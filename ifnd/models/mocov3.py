@@ -55,8 +55,9 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
     def __init__(self, backbone: dict, neck: dict, predictor: dict | None = None,
                  momentum: float = 0.99, temperature: float = 0.2, **kwargs) -> None:
         momentum = check_number(
-            type(self).__name__, 'momentum', momentum, low=0, high=1,
-            hint="the key encoder's share of its own weights at the first iteration (m0)")
+            type(self).__name__, 'momentum', momentum, low=0, high=1, high_open=True,
+            hint="the key encoder's share of its own weights at the first iteration (m0); 1 "
+            'would keep it at its initial weights')
         super().__init__(backbone, neck, temperature, **kwargs)
         self.base_momentum = momentum
         predictor = dict(predictor or DEFAULT_PREDICTOR)

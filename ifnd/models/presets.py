@@ -85,6 +85,11 @@ class _LabelPreset:
         detector = None if treatment is None else dict(type=self.detector_type, **settings)
         super().__init__(backbone, neck, detector=detector, treatment=treatment, **kwargs)
 
+    @classmethod
+    def configured_detector(cls, settings: dict) -> str | None:
+        """The preset's detector, unless ``treatment=None`` leaves it out."""
+        return None if settings.get('treatment', cls.treatment_default) is None else cls.detector_type
+
 
 class _PseudoLabelPreset(_LabelPreset):
     """IFND's presets: pseudo labels, eliminated; ``agreement`` as :class:`PseudoLabels` takes it."""
@@ -129,8 +134,9 @@ class PCL(_LabelPreset, SimCLR):
 
     def __init__(self, backbone: dict, neck: dict, proto_weight: float = 1.0, **kwargs) -> None:
         super().__init__(backbone, neck, **kwargs)
-        self.proto_weight = check_number('PCL', 'proto_weight', proto_weight, low=0,
-                                         hint="the prototype term's weight")
+        self.proto_weight = check_number('PCL', 'proto_weight', proto_weight, low=0, low_open=True,
+                                         hint="the prototype term's weight; 0 would drop it (that "
+                                         "is type='IFND', or 'SimCLR' without a treatment)")
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """Instance term (with its treatment, if any) plus the prototype term of ProtoNCE."""
@@ -204,6 +210,11 @@ class FNC(SimCLR):
                          **kwargs)
         self.num_support_views = num_support_views
         self.top_k, self.threshold, self.aggregation = top_k, threshold, aggregation
+
+    @classmethod
+    def configured_detector(cls, settings: dict) -> str | None:
+        """FNC's support views, always."""
+        return 'SupportViews'
 
 
 @MODELS.register_module()

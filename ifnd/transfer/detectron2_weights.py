@@ -147,18 +147,19 @@ class _PortablePickler(pickle.Pickler):
 
 
 def export_detectron2_weights(checkpoint_path: str, out: str, model_name: str | None = None,
-                              default_backbone: dict | None = None) -> dict:
+                              default_backbone: dict | None = None, **encoder_kwargs) -> dict:
     """Write a checkpoint's backbone as a detectron2 weight file; return its name, depth and size.
 
     The file is ``{'model': {name: array}, '__author__': 'ifnd', 'matching_heuristics': True}``:
     detectron2's checkpointer then matches ``res2.0.conv1.weight`` to
     ``backbone.res2.0.conv1.weight`` and, in C4 models, ``res5.*`` to ``roi_heads.res5.*``.
     ``model_name`` overrides the checkpoint's backbone; ``default_backbone`` is how to read files
-    that carry no model config (MoCo, torchvision).
+    that carry no model config (MoCo, torchvision); ``encoder_kwargs`` (``num_heads``,
+    ``cifar_stem``) as :func:`load_encoder`'s.
     """
     # Building the encoder checks every key and shape against the named backbone.
     encoder = load_encoder(checkpoint_path, model_name=model_name,
-                           default_backbone=default_backbone)
+                           default_backbone=default_backbone, **encoder_kwargs)
     timm_model = encoder.backbone.model
     state = timm_model.state_dict()
     model = to_detectron2(state)

@@ -7,6 +7,8 @@ import urllib.parse
 
 import yaml
 
+from ifnd.settings import MAX_SIZE as MAX_WIDTH
+
 REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 INDEX_PATH = osp.join(REPO_ROOT, 'model_zoo', 'models.yaml')
 
@@ -118,6 +120,11 @@ def check_entry(entry, path: str = 'the index') -> dict:
         problem = metric_problem(metric.get('value'))
         if problem:
             raise entry_error(path, entry, 'metrics', f'{metric["name"]}: {problem}')
+    heads = entry.get('num_heads')
+    if heads is not None and (not isinstance(heads, int) or isinstance(heads, bool)
+                              or not 1 <= heads <= MAX_WIDTH):
+        raise entry_error(path, entry, 'num_heads', f'must be a whole number from 1 to {MAX_WIDTH} '
+                          f'(the attention heads of a ViT, which its weights cannot show), not {heads!r}')
     if urls and entry.get('size') is None and entry.get('max_size') is None:
         raise entry_error(path, entry, 'size', 'is missing: a download needs the byte count '
                           '(size) or, when it is not published, a bound (max_size)')

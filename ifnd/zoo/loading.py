@@ -124,6 +124,11 @@ def load_checkpoint(name: str, **download_kwargs) -> dict:
     return read_checkpoint(download(name, **download_kwargs))
 
 
+def entry_num_heads(name: str) -> int | None:
+    """The attention heads the index states for a ViT entry (its weights cannot show them), or None."""
+    return info(name).get('num_heads')
+
+
 def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
               **download_kwargs) -> torch.nn.Module:
     """A published model: its backbone as an ``Encoder`` (default) or the whole algorithm."""
@@ -144,7 +149,8 @@ def get_model(name: str, pretrained: bool = True, algorithm: bool = False,
             if algorithm:
                 raise ValueError(f'{path} carries no usable model config, so algorithm=True cannot '
                                  f'rebuild {name}; load its backbone alone (algorithm=False)')
-            return load_encoder(path).eval()  # the backbone read from the weights
+            # The backbone read from the weights; a ViT's heads, which no shape shows, from the index.
+            return load_encoder(path, num_heads=entry.get('num_heads')).eval()
     else:
         model_cfg = Config.fromfile(_repo_config(entry)).model
     if algorithm:

@@ -15,7 +15,7 @@ import time
 
 from ifnd.clustering import KMEANS_BACKENDS
 from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,
-                                   resolve_device)
+                                   encoder_options, resolve_device)
 from ifnd.engine.features import extract_features
 from ifnd.evaluation.analysis import (analysis_dataset, cluster_quality_table, default_num_workers,
                                       format_percent, load_feature_model)
@@ -65,12 +65,12 @@ def default_name(path: str) -> str:
 
 def evaluate(path: str, args: argparse.Namespace) -> dict:
     """NMI mean and std of one checkpoint, with what it was measured on."""
-    backbone_kwargs = {} if args.cifar_stem is None else dict(cifar_stem=args.cifar_stem)
-    loaded = load_feature_model(path, args.feature, args.config, args.model_name, **backbone_kwargs)
+    loaded = load_feature_model(path, args.feature, args.config, **encoder_options(args))
     dataset = analysis_dataset(loaded.cfg, args.data_root)
     model = loaded.model.to(resolve_device(args.device))
     feats, labels = extract_features(model, dataset, loaded.feature, args.batch_size,
-                                     args.num_workers, desc=f'encoding {type(dataset).__name__}')
+                                     args.num_workers, desc=f'encoding {type(dataset).__name__}',
+                                     source=path)
     if len(labels) == 0 or labels.min() < 0:
         raise SystemExit(f'{path}: the data set has images without labels; NMI needs them all')
     k = args.num_classes or getattr(dataset, 'num_classes', None) or int(labels.max()) + 1

@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 
-from ifnd.engine.arguments import add_extraction_arguments, check_arguments, resolve_device  # noqa: E402
+from ifnd.engine.arguments import (add_encoder_arguments, add_extraction_arguments, check_arguments,  # noqa: E402
+                                   encoder_options, resolve_device)
 from ifnd.engine.features import extract_features  # noqa: E402
 from ifnd.evaluation.analysis import (  # noqa: E402
     analysis_dataset, default_num_workers, find_hook, load_feature_model, match_clusters_to_classes,
@@ -70,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--ncols', type=int, default=3, help='panels per row (default: 3)')
     parser.add_argument('--title', help='figure title')
     parser.add_argument('--dpi', type=int, default=100, help='resolution (default: 100)')
+    add_encoder_arguments(parser)
     add_extraction_arguments(parser, batch_size=256, num_workers=default_num_workers())
     args = parser.parse_args(argv)
     if args.num_points < 4 or args.tsne_iter < 250 or args.ncols < 1 or args.level < 0 \
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
                     batch_size=args.batch_size, num_workers=args.num_workers)
     tic = time.perf_counter()
     print(f'loading {args.checkpoint}', flush=True)
-    loaded = load_feature_model(args.checkpoint, args.feature, args.config)
+    loaded = load_feature_model(args.checkpoint, args.feature, args.config, **encoder_options(args))
     hook_feature = (find_hook(loaded.cfg, 'PseudoLabelHook') or {}).get('feature', 'z')
     dataset = analysis_dataset(loaded.cfg, args.data_root)
     num = len(dataset)
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> dict:
     model = loaded.model.to(resolve_device(args.device))
     feats, truth = extract_features(model, Subset(dataset, indices.tolist()), loaded.feature,
                                     args.batch_size, args.num_workers,
-                                    desc=f'encoding a sample of {type(dataset).__name__}')
+                                    desc=f'encoding a sample of {type(dataset).__name__}',
+                                    source=args.checkpoint)
     feats, truth = feats.numpy(), truth.numpy()
     if truth.min() < 0:
         raise SystemExit('the data set has images without labels; the map is coloured by them')

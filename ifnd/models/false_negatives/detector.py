@@ -52,6 +52,7 @@ class DetectorNeeds:
     classes: bool = False  # reads the ground-truth classes (an oracle)
     support_views: int = 0  # extra views per image, embedded without gradient (FNC)
     batch_only: bool = False  # flags only among the batch's views (not MoCo's queue)
+    concentration: bool = False  # reads the rounds' PCL concentrations (PseudoLabelHook score='pcl')
 
 
 class FalseNegativeDetector(nn.Module):

@@ -19,6 +19,8 @@ The levels are PseudoLabelHook's, each clustered from the samples on its own, wh
 hierarchical k-means clusters each level's centroids into the next; prototype selection and
 HCSC's ProtoNCE term are not part of this detector (docs/methods.md).
 """
+from dataclasses import replace
+
 import torch
 
 from ifnd.registry import MODELS
@@ -103,6 +105,7 @@ class HCSCSelection(LabelBankDetector):
             raise TypeError('HCSCSelection concentration must be True or False, got '
                             f'{concentration!r}')
         self.concentration = concentration
+        self.needs = replace(self.needs, concentration=concentration)
         self.floor = check_number(name, 'floor', floor, low=0, high=1, high_open=True,
                                   hint='the least drop probability (the authors: 0.001)')
         self.seed = check_seed(name, 'seed', seed)

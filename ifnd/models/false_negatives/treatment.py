@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ifnd.models.losses import TREATMENTS, check_debiasing, check_treatment, debiased_nce, masked_nce
+from ifnd.settings import check_options
 
 WEIGHTINGS = {'debiased': dict(tau_plus=0.1), 'hard': dict(tau_plus=0.1, beta=1.0)}
 # A weighting=dict(...)'s keys and their types (also read by the config checks of tools/train.py).
@@ -34,16 +35,19 @@ def build_weighting(weighting: dict | None, owner: str = 'the model') -> dict | 
         raise ValueError(f"{owner} weighting must be None or dict(type=...) with type one of "
                          f"{sorted(WEIGHTINGS)}, got {weighting!r}")
     kind = weighting['type']
-    settings = {**WEIGHTINGS[kind], **{k: v for k, v in weighting.items() if k != 'type'}}
-    unknown = sorted(set(settings) - set(WEIGHTINGS[kind]))
-    if unknown:
-        raise ValueError(f'{owner} weighting {kind!r} takes {sorted(WEIGHTINGS[kind])}, not '
-                         f'{unknown}')
+    given = check_options(f'{owner} weighting {kind!r}',
+                          {k: v for k, v in weighting.items() if k != 'type'}, WEIGHTINGS[kind])
+    settings = {**WEIGHTINGS[kind], **given}
     settings.setdefault('beta', 0.0)
     check_debiasing(settings['tau_plus'], settings['beta'], f'{owner} weighting')
     if kind == 'hard' and settings['beta'] <= 0:
         raise ValueError(f"{owner} weighting 'hard' needs beta > 0 (the hardness), got "
                          f"{settings['beta']}; beta=0 is type='debiased'")
+    if kind == 'debiased' and settings['tau_plus'] == 0:
+        # (R − 0·N·pos) / 1 clamped at N·e^(−1/τ) is R, the plain sum: the weighting would do nothing.
+        raise ValueError(f"{owner} weighting 'debiased' with tau_plus=0 is InfoNCE's plain sum (it "
+                         'would train plain SimCLR or MoCo): set tau_plus > 0 (about 1 / the number '
+                         'of classes), or beta > 0 for hard negatives')
     return {'tau_plus': float(settings['tau_plus']), 'beta': float(settings['beta'])}
 
 
