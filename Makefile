@@ -37,7 +37,10 @@ data: install
 demo: data
 	$(PY) tools/demo.py
 
+# mmengine imported once first: yapf, its config formatter, writes a grammar cache at its first import
+# on a machine, and test workers starting together would read each other's half-written file.
 test: data
+	$(PY) -c 'import mmengine.config'
 	$(PY) -m pytest tests -q -n auto --dist loadfile
 
 clean:
