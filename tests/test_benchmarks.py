@@ -322,10 +322,10 @@ def test_false_negatives_dry_run_commands(capsys):
                                             '--seeds', '0', '7', '--linear-epochs', '5'])
     assert result == {}
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
-    methods = 15
+    methods = 16
     assert len(commands) == 2 * methods * 2
     pretrain, linear = commands[0::2], commands[1::2]
-    configs = ('simclr/simclr_r18', 'ifnd/ifnd_r18', 'ifnd/supcon_r18', 'ifnd/oracle_elim_r18',
+    configs = ('simclr/simclr_r18', 'nnclr/nnclr_r18', 'ifnd/ifnd_r18', 'ifnd/supcon_r18', 'ifnd/oracle_elim_r18',
                'debiased/debiased_r18', 'hard_negative/hard_negative_r18', 'fnc/fnc_elim_r18',
                'fnc/fnc_attr_r18', 'ifnd/ifnd_hard_r18', 'glofnd/glofnd_r18',
                'glofnd/glofnd_hard_r18', 'ifnd/oracle_elim_linear_r18', 'ifnd/ifnd_confident_r18',
@@ -346,15 +346,19 @@ def test_false_negatives_dry_run_commands(capsys):
         assert "'param_scheduler.0.milestones=[3,4]'" in line  # 60/75/90 of 100 epochs, scaled
     # The kNN hook is custom_hooks.1 in the IFND config (after PseudoLabelHook), .0 elsewhere;
     # k-means is seeded by the run seed.
-    assert 'custom_hooks.1.interval=5' in pretrain[1]
-    assert 'custom_hooks.0.interval=3' in pretrain[1] and 'custom_hooks.0.seed=0' in pretrain[1]
-    assert 'custom_hooks.0.seed=7' in pretrain[methods + 1]
+    ifnd = configs.index('ifnd/ifnd_r18')
+    assert 'custom_hooks.1.interval=5' in pretrain[ifnd]
+    assert 'custom_hooks.0.interval=3' in pretrain[ifnd] and 'custom_hooks.0.seed=0' in pretrain[ifnd]
+    assert 'custom_hooks.0.seed=7' in pretrain[methods + ifnd]
     # The schedule-matched oracle accepts on IFND's clustering interval, its order seeded by the run.
-    assert 'model.detector.acceptance.interval=3' in pretrain[11]
-    assert 'model.detector.acceptance.seed=7' in pretrain[methods + 11]
+    oracle = configs.index('ifnd/oracle_elim_linear_r18')
+    assert 'model.detector.acceptance.interval=3' in pretrain[oracle]
+    assert 'model.detector.acceptance.seed=7' in pretrain[methods + oracle]
     # IFND accepting by confidence clusters as IFND does, on the same interval and seed.
-    assert 'custom_hooks.0.interval=3' in pretrain[12] and 'custom_hooks.0.seed=7' in pretrain[methods + 12]
-    assert 'custom_hooks.0.interval=5' in pretrain[0]
+    confident = configs.index('ifnd/ifnd_confident_r18')
+    assert 'custom_hooks.0.interval=3' in pretrain[confident]
+    assert 'custom_hooks.0.seed=7' in pretrain[methods + confident]
+    assert 'custom_hooks.0.interval=5' in pretrain[0] and 'custom_hooks.0.interval=5' in pretrain[1]
     # The cpu preset's own settings of a method reach that method's runs only.
     bench = _load('false_negatives')
     for line, config in zip(pretrain, configs):

@@ -1,5 +1,6 @@
-"""Two gloo processes give the same pseudo labels, loss, gradients, MoCo queue and false-negative
-detection counts as one process (MoCo v3: its keys gathered over the processes)."""
+"""Two gloo processes give the same pseudo labels, loss, gradients, MoCo queue (NNCLR's support set)
+and false-negative detection counts as one process (MoCo v3: its keys gathered over the processes;
+NNCLR: its predictions)."""
 import os
 import types
 
@@ -28,6 +29,11 @@ def _build(model_type: str) -> torch.nn.Module:
     extra = dict(queue_len=32, bn_splits=WORLD_SIZE) if moco else {}
     if model_type == 'FNC':  # top_k of the 7 other images of the global batch
         extra = dict(num_support_views=2, top_k=2)
+    if model_type.startswith('NNCLR'):  # a support set the first step reads and fills
+        extra = dict(support_size=16, predictor=dict(type='MLPNeck', hidden_dim=16))
+        if model_type == 'NNCLR-IFND':  # IFND's pseudo labels on the NNCLR base
+            extra.update(detector=dict(type='PseudoLabels'), treatment='elim')
+        model_type = 'NNCLR'
     # '+compiled': the projection head and loss traced as the GPU recipes compile them (dynamo and
     # AOTAutograd, the gathers inside the graph; inductor's code for it is checked on one process in
     # test_gpu_recipe_cpu.py).
@@ -76,7 +82,7 @@ def _loss_and_grads(model, views, samples) -> tuple[torch.Tensor, dict, torch.Te
     loss = model.loss(views, samples)['loss']
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), grads, getattr(model, 'queue', None)
+    return loss.detach(), grads, getattr(model, 'queue', getattr(model, 'support', None))
 
 
 def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
@@ -84,7 +90,7 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group('gloo', rank=rank, world_size=WORLD_SIZE)
     model = _build(model_type)
-    labels = _pseudo_label_round(model, out_dir) if model_type.startswith('IFND') else None
+    labels = _pseudo_label_round(model, out_dir) if 'IFND' in model_type else None
     views, samples = _batch(_views(model))
     shard = slice(rank * GLOBAL_BATCH // WORLD_SIZE, (rank + 1) * GLOBAL_BATCH // WORLD_SIZE)
     loss, grads, queue = _loss_and_grads(model, [v[shard] for v in views],
@@ -105,13 +111,13 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
 
 @pytest.mark.parametrize('model_type', ['SimCLR', 'IFND', 'MoCoV2', 'IFNDMoCo', 'DebiasedCL',
                                         'HardNegativeCL', 'FNC', 'IFND+compiled', 'MoCoV3',
-                                        'IFNDMoCoV3'])
+                                        'IFNDMoCoV3', 'NNCLR', 'NNCLR-IFND'])
 def test_two_processes_match_one(tmp_path, model_type):
     mp.spawn(_worker, args=(free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     got = torch.load(tmp_path / 'dist.pt', weights_only=True)
 
     model = _build(model_type.partition('+')[0])  # one process, uncompiled
-    if model_type.startswith('IFND'):
+    if 'IFND' in model_type:
         labels = _pseudo_label_round(model, str(tmp_path))
         torch.testing.assert_close(got['labels'], labels, rtol=0, atol=0)
         assert (labels >= 0).float().mean().item() == pytest.approx(0.6, abs=0.01)
@@ -119,7 +125,7 @@ def test_two_processes_match_one(tmp_path, model_type):
     torch.testing.assert_close(got['loss'], loss, rtol=1e-5, atol=1e-6)
     if model.records_detection:
         torch.testing.assert_close(got['counts'], model.detection_counts, rtol=0, atol=0)
-    if queue is not None:  # the keys of both ranks, enqueued in rank order
+    if queue is not None:  # the keys (NNCLR: projections) of both ranks, enqueued in rank order
         torch.testing.assert_close(got['queue'], queue, rtol=1e-5, atol=1e-6)
     assert grads.keys() == got['grads'].keys()
     for name, grad in grads.items():

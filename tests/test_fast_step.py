@@ -238,6 +238,9 @@ NEW_FN_METHODS = [
     dict(type='SupCon'), dict(type='OracleElim'), dict(type='PCL'),
     dict(type='MoCoV2', queue_len=32, bn_splits=2),
     dict(type='IFNDMoCo', queue_len=32, bn_splits=2),
+    dict(type='NNCLR', support_size=32, predictor=dict(type='MLPNeck', hidden_dim=32)),
+    dict(type='NNCLR', support_size=32, predictor=dict(type='MLPNeck', hidden_dim=32),
+         detector=dict(type='PseudoLabels'), treatment='elim'),
     *NEW_FN_METHODS,
 ], ids=lambda c: c['type'] + c.get('treatment', ''))
 def test_training_step_makes_no_host_sync(cfg):

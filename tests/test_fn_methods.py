@@ -316,7 +316,7 @@ def test_fnc_trains_and_its_detection_quality_is_logged(tmp_path):
     assert not [s for s in _scalars(str(tmp_path)) if 'fn_recall' in s]
 
 
-def test_detection_hook_refuses_moco_and_skips_unlabelled_data():
+def test_detection_hook_refuses_a_weighting_alone_and_skips_unlabelled_data():
     import types
 
     from mmengine.logging import MessageHub, MMLogger
@@ -326,9 +326,12 @@ def test_detection_hook_refuses_moco_and_skips_unlabelled_data():
         message_hub=MessageHub.get_instance('fn-hook-test'),
         visualizer=types.SimpleNamespace(add_scalars=lambda s, step: logged.append((step, s))))
     hook = HOOKS.build(dict(type='FalseNegativeDetectionHook'))
-    runner.model = _model(dict(type='IFNDMoCo', queue_len=16))
-    with pytest.raises(TypeError, match='remove the hook from custom_hooks'):
+    runner.model = _model(dict(type='DebiasedMoCo', queue_len=16))  # flags nothing to count
+    with pytest.raises(TypeError, match='has a weighting and no detector.*remove the hook from custom_hooks'):
         hook.before_train(runner)
+    runner.model = _model(dict(type='IFNDMoCo', queue_len=16))  # its queued keys are counted
+    hook.before_train(runner)
+    assert runner.model.track_detection
     runner.model = _model(dict(type='FNC', top_k=1, num_support_views=1))
     hook.before_train(runner)
     hook.before_train_epoch(runner)

@@ -510,6 +510,10 @@ RUNS = [('SimCLR', detector, treatment, weighting) for detector in RUN_DETECTORS
         if not (treatment == 'attr' and weighting)]
 RUNS += [('MoCoV2', 'PseudoLabels', 'elim', None), ('MoCoV2', 'GloFND', 'elim', None),
          ('MoCoV2', 'GroundTruth', 'elim', 'hard')]
+# A base added in one file takes every detector and treatment (HCSC's selection: test_hcsc.py).
+RUNS += [('NNCLR', detector, 'elim', None) for detector in RUN_DETECTORS]
+RUNS += [('NNCLR', 'PseudoLabels', 'attr', None), ('NNCLR', 'GroundTruth', 'attr', None),
+         ('NNCLR', 'PseudoLabels', 'elim', 'hard')]
 CLI_RUN = ('SimCLR', 'GloFND', 'elim', 'hard')  # through tools/train.py's command line
 
 
@@ -522,18 +526,20 @@ def _scalars(work_dir) -> list[dict]:
 @pytest.mark.parametrize('base, detector, treatment, weighting', RUNS,
                          ids=lambda v: str(v) if v else 'plain')
 def test_every_combination_trains(tmp_path, base, detector, treatment, weighting):
-    simclr = base == 'SimCLR'
-    model = dict(type=base, temperature=0.5 if simclr else 0.2, detector=RUN_DETECTORS[detector],
+    moco = base == 'MoCoV2'
+    model = dict(type=base, temperature=0.2 if moco else 0.5, detector=RUN_DETECTORS[detector],
                  treatment=treatment)
     if weighting:
         model['weighting'] = HARD
-    if not simclr:
+    if moco:
         model.update(queue_len=128, momentum=0.9)
+    if base == 'NNCLR':
+        model.update(support_size=64, predictor=dict(type='MLPNeck', hidden_dim=64))
     pseudo_labels = dict(num_clusters=[10], interval=1, kmeans=dict(nredo=1, niter=10)) \
         if detector == 'PseudoLabels' else None
     work_dir = tmp_path / 'run'
     cfg = digits_config(str(work_dir), model, max_epochs=2, pseudo_labels=pseudo_labels,
-                        fn_detection=simclr)
+                        fn_detection=True)
     cfg.train_dataloader.dataset.subset_fraction = 0.1  # 2 iterations an epoch
     cfg.train_dataloader.dataset.pipeline.num_views = \
         2 + RUN_DETECTORS[detector].get('num_support_views', 0)
@@ -554,9 +560,7 @@ def test_every_combination_trains(tmp_path, base, detector, treatment, weighting
     if detector == 'GroundTruthAccepted':  # rate 0 in the first epoch, 0.5 in the second
         assert [s['accepted'] for s in steps[:2]] == [0.0, 0.0]
         assert all(0.2 < s['accepted'] < 0.8 for s in steps[2:])
-    if not simclr:
-        return
-    detection = [s for s in scalars if 'train/fn_recall' in s]
+    detection = [s for s in scalars if 'train/fn_recall' in s]  # every base counts its flags
     assert [s['step'] for s in detection] == [1, 2]
     precision = [s['train/fn_precision'] for s in detection if 'train/fn_precision' in s]
     assert precision and all(0 <= p <= 100 for p in precision)

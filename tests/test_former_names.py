@@ -10,9 +10,9 @@ from helpers import TINY_BACKBONE, TINY_NECK
 from mmengine.registry import init_default_scope
 
 from ifnd.engine.cli import runner_config
-from ifnd.models import former_names
+from ifnd.fileio import former_names
 from ifnd.models.architecture import architecture_config
-from ifnd.models.former_names import translate_former_names
+from ifnd.fileio.former_names import translate_former_names
 from ifnd.registry import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ HOOK_TRANSLATIONS = [
 def test_the_hooks_former_acceptance_keys_are_read_as_the_part(former, parts, notices):
     """Flat scheme / final_rate / step_epoch / threshold and confidence=, with one notice; the hook
     built from them equals the hook built from the parts."""
-    from ifnd.models.former_names import translate_former_hook
+    from ifnd.fileio.former_names import translate_former_hook
     from ifnd.registry import HOOKS
     assert translate_former_hook(dict(former), 'config x.py') == parts
     assert len(notices) == 1 and notices[0].startswith('config x.py: read the former ')
@@ -169,7 +169,7 @@ def test_the_hooks_former_acceptance_keys_are_read_as_the_part(former, parts, no
     (dict(HOOK, scheme='cosine'), "scheme='cosine' with acceptance type None names no acceptance"),
 ])
 def test_the_hooks_former_keys_with_no_meaning_are_refused(former, match, notices):
-    from ifnd.models.former_names import translate_former_hook
+    from ifnd.fileio.former_names import translate_former_hook
     with pytest.raises(ValueError, match=match):
         translate_former_hook(former, 'config x.py')
 

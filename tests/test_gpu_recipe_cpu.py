@@ -22,7 +22,6 @@ from torch.utils._pytree import tree_leaves
 
 import ifnd.clustering.round as clustering_round
 import ifnd.models.contrastive as contrastive
-import ifnd.models.moco as moco
 from ifnd.engine import features
 from ifnd.engine.optim import CPUBfloat16OptimWrapper
 from ifnd.registry import MODELS, RUNNERS
@@ -290,15 +289,13 @@ def test_bf16_step_keeps_similarities_logsumexp_and_queue_in_float32(name, monke
 
     encoder, in_loss, enqueued = set(), defaultdict(set), set()
     _record_output_dtypes(bf16.backbone.model.layer4, encoder)
-    # The similarities and the loss over them: both must read float32 only.
-    owner, logits_fn = (contrastive, 'candidate_logits') if name == 'IFND' else (moco, 'queue_logits')
-    _spy(monkeypatch, owner, logits_fn, in_loss)
-    _spy(monkeypatch, owner, 'flagged_loss', in_loss)
+    # The similarities and the loss over them (the negatives step's contrast): float32 only.
+    _spy(monkeypatch, contrastive, 'contrast', in_loss)
     if name == 'IFNDMoCo':
         _record_output_dtypes(bf16.momentum_backbone.model.layer4, encoder)
         enqueue = bf16._enqueue
         monkeypatch.setattr(bf16, '_enqueue',
-                            lambda keys, index: enqueued.add(keys.dtype) or enqueue(keys, index))
+                            lambda keys, *rest: enqueued.add(keys.dtype) or enqueue(keys, *rest))
 
     g = torch.Generator().manual_seed(0)
     for step in range(2):  # IFNDMoCo: the second step's queue holds labelled keys

@@ -23,8 +23,9 @@ FLOORS = (
                                    # run; compile settings, copies to the device
     ('datasets', 'clustering'),  # the data sets; k-means, κ, acceptance schedules and the
                                   # clustering round (no model code: the models import them)
+    ('engine',),           # the Runner, work-dir runs, feature extraction, optimiser wrappers (no
+                           # model code: it reads a model through its methods)
     ('models',),
-    ('engine',),           # the Runner, work-dir runs, feature extraction, optimiser wrappers
     ('evaluation',),
     ('hooks',),
     ('transfer', 'zoo'),   # detectron2 COCO transfer; the model zoo

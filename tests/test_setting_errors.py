@@ -100,7 +100,7 @@ def test_a_temperature_out_of_range_is_refused(value):
 
 def test_a_hardness_whose_weighted_logits_overflow_float32_is_refused():
     """(β + 1)·cos/τ is computed in float32: β = 1e37 is fine at τ = 0.5, not at τ = 0.01."""
-    assert _build(IFND_HARD, 'weighting.beta', 1e37).weighting['beta'] == 1e37
+    assert _build(IFND_HARD, 'weighting.beta', 1e37).weighting.beta == 1e37
     cfg = Config.fromfile(osp.join(CONFIG_DIR, IFND_HARD))
     cfg.merge_from_dict({'model.weighting.beta': 1e37, 'model.temperature': 0.01})
     with pytest.raises(ValueError, match=r"SimCLR weighting beta=1e\+37 with temperature=0.01 "
@@ -373,7 +373,7 @@ def test_a_setting_that_would_do_nothing_is_named_with_its_fix(case, tmp_path, m
     read, naming its config key (or its part and key) and the fix."""
     from helpers import train_tool
     from ifnd.engine import config_checks
-    from ifnd.models import former_names
+    from ifnd.fileio import former_names
     config, options, change, said, fix = IDLE_SETTINGS[case]
     path = osp.join(CONFIG_DIR, config)
     if change is not None:  # a config written with the change, as a user would
@@ -433,12 +433,9 @@ def test_a_certainty_share_is_refused_where_no_level_can_reach_it():
                    'custom_hooks.0.interval': 8},
      'StableAcceptance accepts from the second clustering round on, which comes after interval=8 '
      'epochs, not before the run ends (train_cfg.max_epochs=8)'),
-    ('hcsc/hcsc_r18_8e_digits.py', {'custom_hooks.0.score': 'kappa'},
-     "HCSCSelection concentration=True reads PCL's per-cluster concentrations, which the rounds "
-     "compute only with score='pcl'"),
     (CONFIDENT_DIGITS, {'model.temperature': 0.5, 'custom_hooks.0.acceptance.certainty_share': 0.5},
      'certainty_share=0.5 with κ at temperature=0.5 can never accept a label at k=100'),
-], ids=['stability after the run', 'HCSC without concentrations', 'κ out of reach at some levels'])
+], ids=['stability after the run', 'κ out of reach at some levels'])
 def test_a_round_that_would_accept_little_is_warned_when_training_starts(config, options, said):
     """What depends on the model (its temperature, its detector) and the run's length, checked by
     PseudoLabelHook before its first round: one warning each."""

@@ -112,6 +112,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            known_rates=(0.0, 100.0)),
     Method('mocov3', 'MoCo v3', 'instance labels, momentum keys', 'mocov3', VIT_DATASETS,
            known_rates=(0.0, 100.0), options={'vit': _MOCOV3_VIT}),
+    Method('nnclr', 'NNCLR', 'instance labels, nearest neighbours in a support set as positives',
+           'nnclr', SMALL_DATASETS, known_rates=(0.0, 100.0)),
     Method('ifnd', 'IFND', 'pseudo labels (k-means)', 'ifnd', ALL_DATASETS + VIT_DATASETS,
            flags=True, clusters=True),
     Method('ifnd_mocov3', 'IFND on MoCo v3', 'pseudo labels (k-means), momentum keys', 'ifnd',
@@ -165,7 +167,7 @@ DETECTION_KEYS = ('train/fn_precision', 'train/fn_recall')
 CONTRASTS = (('ifnd_confident', 'ifnd'), ('ifnd_confident', 'oracle_elim_linear'),
              ('ifnd_confident_hard', 'ifnd_hard'), ('ifnd_confident_hard', 'hard_negative'),
              ('oracle_elim', 'oracle_elim_linear'), ('oracle_elim_linear', 'ifnd'),
-             ('ifnd_hard', 'hard_negative'), ('glofnd', 'ifnd'), ('hcsc', 'ifnd'),
+             ('ifnd_hard', 'hard_negative'), ('glofnd', 'ifnd'), ('hcsc', 'ifnd'), ('nnclr', 'simclr'),
              ('ifnd_mocov3', 'mocov3'))
 
 

@@ -6,7 +6,8 @@
 # Not here: HCSC's prototype selection and ProtoNCE term, its nested (hierarchical) k-means and
 # multi-crop; the levels are clustered independently.
 # Run: tools/dist_train.sh configs/hcsc/hcsc_mocov2_r50_200e_in1k.py 8
-_base_ = ['../mocov2/mocov2_r50_200e_in1k.py', '../_base_/pseudo_labels.py']
+_base_ = ['../mocov2/mocov2_r50_200e_in1k.py', '../_base_/pseudo_labels.py',
+          '../_base_/fn_detection.py']
 
 model = dict(type='HCSCMoCo', queue_len=16384, selection_temperature=0.2)
 param_scheduler = [dict(type='CosineAnnealingLR', T_max=200, by_epoch=True, begin=0, end=200,
@@ -15,4 +16,4 @@ pseudo_label_hook = dict(
     _base_.pseudo_label_hook, num_clusters=[3000, 2000, 1000], interval=1, score='pcl',
     acceptance=dict(type='StepAcceptance', step_epoch=20, final_rate=1.0),
     pipeline=_base_.eval_pipeline, batch_size=256, num_workers=8)
-custom_hooks = [pseudo_label_hook, _base_.knn_hook]
+custom_hooks = [pseudo_label_hook, _base_.knn_hook, _base_.fn_detection_hook]

@@ -13,7 +13,7 @@ from ifnd.engine.config_checks import (check_cfg_options, check_cfg_types, check
                                        check_top_level_keys)
 from ifnd.engine.config_files import load_config
 from ifnd.engine.optim import amp_options
-from ifnd.models.former_names import translate_former_config
+from ifnd.fileio.former_names import translate_former_config
 
 
 def runner_config(config: str, work_dir: str | None = None, resume: str | None = None,

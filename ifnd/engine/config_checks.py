@@ -155,7 +155,7 @@ RUNNER_CONFIG_KEYS = ('runner_type', 'custom_imports', 'model_wrapper_cfg', 'fin
 # they are data here, not derived from signatures as the keys under a `type` are.
 SHARED_CONFIG_KEYS = ('data_root', 'data', 'mean', 'std', 'view', 'train_pipeline', 'eval_pipeline',
                       'val_dataset', 'knn_hook', 'pseudo_label_hook', 'fn_detection_hook',
-                      'support_views', 'glofnd', 'vit_tiny_p4', 'vis_backends')
+                      'support_views', 'glofnd', 'nnclr', 'vit_tiny_p4', 'vis_backends')
 
 
 def check_top_level_keys(cfg: Config) -> None:
@@ -197,7 +197,7 @@ def _takes_keyword(node: dict, name: str) -> bool:
         params = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):
         return True
-    from ifnd.models.former_names import FORMER_HOOK_KEYS  # read as the current names on load
+    from ifnd.fileio.former_names import FORMER_HOOK_KEYS  # read as the current names on load
     return name in FORMER_HOOK_KEYS.get(getattr(cls, '__name__', ''), ()) or any(
         p.name == name or p.kind is p.VAR_KEYWORD for p in params)
 
@@ -228,7 +228,7 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
     A key may be new only where something takes it: a keyword of the class a ``type`` names, or
     a Runner argument at the top level; otherwise it is a typo that mmengine would silently add.
     """
-    from ifnd.models.former_names import former_option_clash
+    from ifnd.fileio.former_names import former_option_clash
     clash = former_option_clash(options)
     if clash:
         raise SystemExit(clash)

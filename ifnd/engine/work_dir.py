@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from ifnd.fileio import (check_open_file, check_own_path, check_plain_file, checkpoint_config, config_to_data,
                          open_plain, read_checkpoint)
-from ifnd.models.former_names import translate_former_config
+from ifnd.fileio.former_names import translate_former_config
 
 # The exact names a training run writes: checkpoints and last_checkpoint in the work dir, every
 # round's pseudo labels and their summary one folder down. A work dir holds a run when it has a

@@ -289,7 +289,7 @@ def load_feature_model(path: str, feature: str | None = 'z', config: str | None 
     from ifnd.fileio.checkpoint import check_weights
     from ifnd.models.architecture import checkpoint_architecture
     from ifnd.models.encoder import load_checkpoint_file, load_encoder
-    from ifnd.models.former_names import translate_former_names
+    from ifnd.fileio.former_names import translate_former_names
     from ifnd.registry import MODELS
     if feature not in (None, 'f', 'z'):
         raise ValueError(f"feature must be 'f' (backbone) or 'z' (projection), got {feature!r}")

@@ -1,5 +1,6 @@
-"""Files, the ground floor: atomic writes, the safe checkpoint reader, configs as data, JSON, files
-opened as plain files (never a FIFO, never through a link where the project writes its own).
+"""Files, the ground floor: atomic writes, the safe checkpoint reader, configs as data (and their
+former names, ``former_names.py``), JSON, files opened as plain files (never a FIFO, never through a
+link where the project writes its own).
 
 Nothing here imports from ifnd but ``ifnd.registry`` (the names a config read as data may use).
 """

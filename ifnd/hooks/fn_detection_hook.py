@@ -17,7 +17,8 @@ class FalseNegativeDetectionHook(Hook):
 
     Flagged are the negatives the loss treats as false negatives: for IFND (and the other
     label-masked losses) the candidates sharing the anchor's pseudo label at a level, other than
-    its own views; for FNC those found through the support views. The training step sums, on the
+    its own views; for FNC those found through the support views; on every base (SimCLR's views,
+    MoCo's queue, whose keys carry their classes, MoCo v3's keys). The training step sums, on the
     device and without host syncs, per level: flagged negatives, flagged ones of the anchor's
     class, and negatives of the anchor's class (``data_samples['label']``; unknown classes, -1,
     are left out). After each epoch the counts are summed over the processes and read once:
@@ -39,9 +40,9 @@ class FalseNegativeDetectionHook(Hook):
         """Switch the model's counting on; refuse algorithms that flag nothing."""
         model = unwrap_model(runner.model)
         if not getattr(model, 'records_detection', False):
-            raise TypeError(f'FalseNegativeDetectionHook needs an algorithm that flags false '
-                            f'negatives in a SimCLR-based loss (IFND, FNC, SupCon, OracleElim); '
-                            f'{type(model).__name__} records none: remove the hook from '
+            raise TypeError(f'FalseNegativeDetectionHook counts the negatives a detector flags; '
+                            f'{type(model).__name__} has a weighting and no detector, which flags '
+                            'none (its correction is in expectation): remove the hook from '
                             'custom_hooks')
         model.track_detection = True
 

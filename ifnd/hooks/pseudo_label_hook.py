@@ -125,9 +125,11 @@ class PseudoLabelHook(Hook):
                              'with no score; the clustering round ranks by its score: remove it')
         return acceptance
 
-    def _computes_concentration(self, model) -> bool:
-        """Whether the rounds compute PCL's per-cluster concentrations (PCL's loss, or its score)."""
-        return model.uses_prototypes or self.score == 'pcl'
+    def round_outputs(self, model) -> frozenset[str]:
+        """What each round computes: what the model's parts read of it (``model.round_outputs``)
+        and what the acceptance ranks by (κ, or PCL's concentrations)."""
+        ranked = 'kappa' if self.score == 'kappa' else 'concentrations'
+        return frozenset({'labels', 'centroids', ranked}) | model.round_outputs
 
     def _kappa_temperature(self, model) -> float:
         """τ of κ: the hook's, else the model's loss temperature."""
@@ -147,19 +149,9 @@ class PseudoLabelHook(Hook):
             raise TypeError(f'PseudoLabelHook needs an algorithm with pseudo labels (IFND, '
                             f"IFNDMoCo, PCL, or detector=dict(type='PseudoLabels')); "
                             f'{type(model).__name__} keeps none: remove the hook from custom_hooks')
-        agreement = getattr(model.detector, 'agreement', 1) if model.detector is not None else 1
-        if agreement > len(self.num_clusters):  # no pair could ever agree at that many levels
-            raise ValueError(f'PseudoLabels agreement={agreement} asks labels to agree at more levels than '
-                             f'PseudoLabelHook clusters at ({len(self.num_clusters)}: num_clusters='
-                             f'{self.num_clusters}), so nothing would be flagged: set agreement to at most '
-                             f'{len(self.num_clusters)}, or add levels')
+        if model.detector is not None:  # the detector checks its own settings against the levels
+            model.detector.check_levels(self.num_clusters, 'PseudoLabelHook')
         warnings = []
-        if model.needs.concentration and not self._computes_concentration(model):
-            warnings.append(f"{type(model.detector).__name__} concentration=True reads PCL's "
-                            'per-cluster concentrations, which the rounds compute only with '
-                            f"score='pcl' (this hook has score={self.score!r}), so every cluster "
-                            "gets the same selection_temperature: set the hook's score='pcl', or "
-                            'concentration=False')
         unlikely = self.acceptance.check_round(self.num_clusters, self._kappa_temperature(model))
         if unlikely:
             warnings.append(unlikely)
@@ -218,7 +210,7 @@ class PseudoLabelHook(Hook):
             source=trained_model_source(runner, epochs_done))
         extract_s = time.perf_counter() - tic
         num = len(dataset)
-        pcl = self._computes_concentration(model)
+        pcl = 'concentrations' in self.round_outputs(model)
         stats: dict = {}
         result = None  # the round, on the processes that ran it
         set_aside = self.acceptance.check_samples(num)

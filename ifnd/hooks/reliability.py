@@ -132,10 +132,10 @@ def loss_settings(runner) -> tuple[str, str]:
         named.append(f'temperature={temperature:g}' + (usual if low else ''))
         unusual |= low
     weighting = getattr(model, 'weighting', None)
-    if isinstance(weighting, dict):
-        named.append(f"weighting tau_plus={weighting['tau_plus']:g}")
-        high = weighting['beta'] > USUAL_MAX_BETA
-        named.append(f"weighting beta={weighting['beta']:g}" + (
+    if weighting is not None:  # a registered weighting part (Debiased, HardNegatives)
+        named.append(f'weighting tau_plus={weighting.tau_plus:g}')
+        high = weighting.beta > USUAL_MAX_BETA
+        named.append(f'weighting beta={weighting.beta:g}' + (
             f' (the recipes use at most {USUAL_MAX_BETA:g})' if high else ''))
         unusual |= high
     return ', '.join(named) or 'none found', (', bring the marked settings to their usual range'

@@ -1,4 +1,11 @@
-"""Models: backbones, necks, losses and algorithms."""
+"""Models: backbones, necks, losses and algorithms.
+
+Every module of the package is imported here, so the parts it registers (a base such as
+``nnclr.py``, a detector) are known to the registry with no line added elsewhere.
+"""
+import importlib
+import pkgutil
+
 from .contrastive import ContrastiveAlgorithm, SimCLR
 from .false_negatives import GloFND, GroundTruth, PseudoLabelBank, PseudoLabels, SupportViews
 from .moco import MoCoV2
@@ -24,3 +31,6 @@ __all__ = [
 from .detection import MaskRCNN  # noqa: E402
 
 __all__ += ['MaskRCNN']
+
+for _module in pkgutil.walk_packages(__path__, prefix=f'{__name__}.'):
+    importlib.import_module(_module.name)

@@ -29,7 +29,7 @@ from ifnd.fileio import checkpoint_config, config_data
 from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
 from ifnd.registry import ACCEPTANCES, MODELS, parameter_types
 from ifnd.settings import MAX_MODEL_BYTES, MAX_SIZE, Bound, format_bytes
-from ifnd.models.former_names import translate_former_names
+from ifnd.fileio.former_names import translate_former_names
 
 NAME = re.compile(r'[A-Za-z0-9_]{1,64}')
 

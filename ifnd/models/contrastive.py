@@ -1,12 +1,17 @@
-"""One contrastive algorithm assembled from parts, and its batch form, SimCLR.
+"""One contrastive algorithm assembled from parts, its one negatives step, and its batch form, SimCLR.
 
 :class:`ContrastiveAlgorithm` holds the encoder (backbone f, projection head g) and the
 false-negative parts: a ``detector`` (``dict(type='PseudoLabels')`` for IFND, ``'SupportViews'``
 for FNC, ``'GloFND'``, ``'GroundTruth'`` for the oracles; see ``false_negatives/``), a
 ``treatment`` of what it flags (``'elim'``, ``'attr'``) and a ``weighting`` of the negatives that
 remain (``dict(type='debiased', tau_plus=...)``, ``dict(type='hard', tau_plus=..., beta=...)``).
-:class:`SimCLR` takes its negatives from the batch's views; ``moco.py`` from a queue. The named
-methods (IFND, SupCon, FNC, ...) are presets of these parts (``presets.py``).
+
+A base only lays out its step: its anchors, each anchor's positive and its candidate negatives
+(a :class:`NegativeBatch`), which :meth:`ContrastiveAlgorithm.negatives_loss` turns into the loss:
+detector, treatment, weighting, detection counts. :class:`SimCLR` takes its candidates from the
+batch's views, ``moco.py`` from a queue, ``mocov3.py`` from the keys of the batch, ``nnclr.py``
+contrasts support-set neighbours with predictions. The named methods (IFND, SupCon, FNC, ...) are
+presets of these parts (``presets.py``).
 """
 from collections.abc import Callable
 
@@ -18,12 +23,12 @@ from mmengine.model import BaseModel
 from ifnd.device import compile_options
 from ifnd.dist import gather_no_grad, gather_with_grad
 from ifnd.models.false_negatives import (DetectorNeeds, NegativeBatch, PseudoLabelBank,
-                                         build_weighting, check_parts, flagged_loss)
-from ifnd.settings import check_logit_scale, check_temperature
-from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS
+                                         build_weighting, check_parts)
 from ifnd.models.false_negatives.detector import false_negative_detection_counts
-from ifnd.models.losses import candidate_logits, check_candidates
+from ifnd.models.false_negatives.treatment import WEIGHTING_OPTIONS, contrast
+from ifnd.models.losses import check_candidates
 from ifnd.registry import MODELS
+from ifnd.settings import check_logit_scale, check_temperature
 
 # The key of a step's false-negative detection counts among its outputs (not a loss, not logged).
 DETECTION_KEY = '_detection_counts'
@@ -33,7 +38,6 @@ class ContrastiveAlgorithm(BaseModel):
     """Backbone f, projection head g, and the detector, treatment and weighting of negatives."""
 
     uses_prototypes = False  # whether the loss needs cluster centroids and concentrations
-    records_detection = False  # whether the loss step counts its flagged false negatives
     # The keys a config may set inside dict-valued arguments, with their types: read by the config
     # checks of tools/train.py (``--cfg-options model.weighting.beta=2.0``).
     config_dict_options = {'weighting': WEIGHTING_OPTIONS}
@@ -50,7 +54,7 @@ class ContrastiveAlgorithm(BaseModel):
         self.temperature = check_temperature(name, temperature)
         self.weighting = build_weighting(weighting, name)
         if self.weighting is not None:
-            check_logit_scale(name, self.temperature, self.weighting['beta'])
+            check_logit_scale(name, self.temperature, self.weighting.beta)
         self.treatment = treatment
         self.backbone = MODELS.build(backbone)
         neck = dict(neck)
@@ -63,6 +67,9 @@ class ContrastiveAlgorithm(BaseModel):
             self.label_bank = PseudoLabelBank()
         if self.needs.label_bank:
             self.detector.attach(self.label_bank)
+        # Whether the step counts its flagged false negatives: a weighting alone flags nothing (its
+        # correction is in expectation), so it has nothing to count.
+        self.records_detection = self.detector is not None or self.weighting is None
         # Counts [levels, 3] of the negatives the loss flags, summed on the device while
         # FalseNegativeDetectionHook sets ``track_detection``. A plain attribute, not a buffer:
         # DDP would overwrite every rank's counts with rank 0's at each forward.
@@ -75,6 +82,14 @@ class ContrastiveAlgorithm(BaseModel):
         read without building it (the config checks ask what it needs)."""
         detector = settings.get('detector')
         return detector.get('type') if isinstance(detector, dict) else None
+
+    @property
+    def round_outputs(self) -> frozenset[str]:
+        """What this model's parts read of each clustering round (PseudoLabelHook computes it):
+        the detector's, and the prototypes (centroids, concentrations) of a prototype loss."""
+        prototypes = frozenset({'labels', 'centroids', 'concentrations'}) if self.uses_prototypes \
+            else frozenset()
+        return self.needs.round_outputs | prototypes
 
     def extract_feat(self, inputs: torch.Tensor) -> torch.Tensor:
         """Backbone features f(x)."""
@@ -166,6 +181,60 @@ class ContrastiveAlgorithm(BaseModel):
                              'labels: every training image needs its class')
         return classes
 
+    def two_view_batch(self, anchors: torch.Tensor, candidates: torch.Tensor,
+                       positive_index: torch.Tensor, excluded: torch.Tensor, data_samples: dict,
+                       support: torch.Tensor | None = None) -> NegativeBatch:
+        """The layout of two views of the M local images ``anchors`` ``[2M, D]`` against
+        ``candidates`` ``[2T, D]``, the two views of every process's images (view 1's T, then view
+        2's): each anchor's positive column and the columns ``excluded`` ``[2M, 2T]`` that are no
+        candidate of it; the other columns are its negatives."""
+        num, device = anchors.shape[0] // 2, anchors.device
+        rank, _ = get_dist_info()
+        columns = torch.arange(candidates.shape[0], device=device)
+        negatives = ~excluded & (columns.unsqueeze(0) != positive_index.unsqueeze(1))
+        index = self._sample_index(data_samples, num, device)
+        classes = self._classes(data_samples)
+        return NegativeBatch(
+            anchors=anchors, candidates=candidates, negatives=negatives,
+            anchor_index=None if index is None else index.repeat(2),
+            candidate_index=None if index is None else gather_no_grad(index).repeat(2),
+            anchor_classes=None if classes is None else classes.repeat(2),
+            candidate_classes=None if classes is None else gather_no_grad(classes).repeat(2),
+            views=2, support=support, own_image=torch.arange(num, device=device) + rank * num,
+            positive_index=positive_index, excluded=excluded)
+
+    def cross_view_batch(self, anchors: torch.Tensor, candidates: torch.Tensor, data_samples: dict,
+                         support: torch.Tensor | None = None) -> NegativeBatch:
+        """The layout of ``anchors`` ``cat([a1, a2])`` (the M local images' two views) against the
+        other view's ``candidates`` of every process ``cat([c1s, c2s])`` ``[2T, D]``: an anchor's
+        positive is its image's candidate of the other view, its own view's candidates are none
+        (MoCo v3's queries and keys, NNCLR's neighbours and predictions)."""
+        num, device = anchors.shape[0] // 2, anchors.device
+        rank, _ = get_dist_info()
+        total = candidates.shape[0] // 2
+        own = torch.arange(num, device=device) + rank * num
+        positive_index = torch.cat([own + total, own])  # view 1 against view 2 and back
+        view = torch.arange(2, device=device).repeat_interleave(num)
+        column_view = torch.arange(2, device=device).repeat_interleave(total)
+        excluded = view.unsqueeze(1) == column_view.unsqueeze(0)
+        batch = self.two_view_batch(anchors, candidates, positive_index, excluded, data_samples, support)
+        batch.negatives_per_anchor = total - 1
+        return batch
+
+    def negatives_loss(self, batch: NegativeBatch) -> dict:
+        """The loss of a laid-out step: the detector flags, the treatment acts on the flags, the
+        weighting weighs the rest, and the flags are counted against the classes where tracked."""
+        if self.weighting is not None and batch.negatives_per_anchor is not None \
+                and batch.negatives_per_anchor < 1:
+            raise ValueError(f'{type(self).__name__} needs at least 2 images per batch (over all '
+                             'processes) to have a negative; raise train_dataloader.batch_size')
+        flags = None if self.detector is None else self.detector(batch)
+        with torch.autocast(batch.anchors.device.type, enabled=False):  # logits / tau need float32
+            loss = contrast(batch, flags, self.treatment, self.weighting, self.temperature,
+                            detecting=self.detector is not None)
+        logged = {} if self.detector is None else self.detector.log_vars(batch)
+        return {'loss': loss, **logged, **self._detection_counts(flags, batch)}
+
     def _detection_counts(self, flags: torch.Tensor | None, batch: NegativeBatch) -> dict:
         """The batch's detection counts (ground truth: its classes) under ``DETECTION_KEY`` when
         tracked: a step's output, added up outside the (compiled) loss by :meth:`_add_detection`."""
@@ -194,8 +263,6 @@ class SimCLR(ContrastiveAlgorithm):
 
     def __init__(self, backbone: dict, neck: dict, temperature: float = 0.1, **kwargs) -> None:
         super().__init__(backbone, neck, temperature, **kwargs)
-        # A weighting alone flags nothing (its correction is in expectation): nothing to count.
-        self.records_detection = self.detector is not None or self.weighting is None
 
     def embed_views(self, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Embeddings of the two views, encoded as one batch of 2M (BN sees both views)."""
@@ -218,54 +285,30 @@ class SimCLR(ContrastiveAlgorithm):
         # Their BN statistics are their own batch's, as a separate crop group.
         return self.embed(torch.cat(inputs[2:])).view(support, num, -1).transpose(0, 1)
 
-    def gathered_views(self, z1: torch.Tensor, z2: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Local anchors ``cat([z1, z2])``, the views of all ranks ``cat([z1s, z2s])`` (with
-        gradients), and each anchor's positive and own row among them."""
+    def negative_batch(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict,
+                       support: torch.Tensor | None = None) -> NegativeBatch:
+        """The layout: the 2M local views ``cat([z1, z2])`` against the views of all ranks
+        ``cat([z1s, z2s])`` (with gradients); each anchor's positive is its image's other view, its
+        own column is no candidate."""
         num = z1.shape[0]
         rank, world_size = get_dist_info()
         total = num * world_size
+        # The candidates' graph first: the order gradients add up in, bit for bit as before.
         candidates = torch.cat([gather_with_grad(z1), gather_with_grad(z2)])
+        anchors = torch.cat([z1, z2])
         own = torch.arange(num, device=z1.device) + rank * num
-        return (torch.cat([z1, z2]), candidates, torch.cat([own + total, own]),
-                torch.cat([own, own + total]))
-
-    def negative_batch(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict,
-                       support: torch.Tensor | None = None) -> tuple[NegativeBatch, torch.Tensor,
-                                                                     torch.Tensor]:
-        """The detectors' view of the batch, and each anchor's positive and own column."""
-        anchors, candidates, positive_index, self_index = self.gathered_views(z1, z2)
-        num, device = z1.shape[0], z1.device
-        columns = torch.arange(candidates.shape[0], device=device).unsqueeze(0)
-        negatives = (columns != positive_index.unsqueeze(1)) & (columns != self_index.unsqueeze(1))
-        index = self._sample_index(data_samples, num, device)
-        classes = self._classes(data_samples)
-        rank, _ = get_dist_info()
-        batch = NegativeBatch(
-            anchors=anchors, candidates=candidates, negatives=negatives,
-            anchor_index=None if index is None else index.repeat(2),
-            candidate_index=None if index is None else gather_no_grad(index).repeat(2),
-            anchor_classes=None if classes is None else classes.repeat(2),
-            candidate_classes=None if classes is None else gather_no_grad(classes).repeat(2),
-            views=2, support=support, own_image=torch.arange(num, device=device) + rank * num)
-        return batch, positive_index, self_index
+        positive_index, self_index = torch.cat([own + total, own]), torch.cat([own, own + total])
+        check_candidates(anchors, candidates, positive_index, self_index, self.temperature)
+        columns = torch.arange(candidates.shape[0], device=z1.device)
+        excluded = columns.unsqueeze(0) == self_index.unsqueeze(1)
+        batch = self.two_view_batch(anchors, candidates, positive_index, excluded, data_samples, support)
+        batch.negatives_per_anchor = candidates.shape[0] - 2
+        return batch
 
     def batch_losses(self, z1: torch.Tensor, z2: torch.Tensor, data_samples: dict,
                      support: torch.Tensor | None = None) -> dict:
         """The contrastive loss of the 2M local views against the views of all ranks."""
-        batch, positive_index, self_index = self.negative_batch(z1, z2, data_samples, support)
-        anchors, candidates = batch.anchors, batch.candidates
-        if self.weighting is not None and candidates.shape[0] < 3:
-            raise ValueError(f'{type(self).__name__} needs at least 2 images per batch (over all '
-                             'processes) to have a negative; raise train_dataloader.batch_size')
-        flags = None if self.detector is None else self.detector(batch)
-        check_candidates(anchors, candidates, positive_index, self_index, self.temperature)
-        with torch.autocast(z1.device.type, enabled=False):  # logits / tau need float32
-            logits, excluded, positive_index = candidate_logits(
-                anchors, candidates, positive_index, self_index, self.temperature)
-            per_anchor = flagged_loss(logits, positive_index, excluded, flags, self.treatment,
-                                      self.weighting, self.temperature)
-        logged = {} if self.detector is None else self.detector.log_vars(batch)
-        return {'loss': per_anchor.mean(), **logged, **self._detection_counts(flags, batch)}
+        return self.negatives_loss(self.negative_batch(z1, z2, data_samples, support))
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """The contrastive loss of a batch, with its detector's flags treated."""

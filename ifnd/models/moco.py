@@ -3,8 +3,9 @@
 :class:`KeyEncoder` (the momentum copy of the query encoder) is shared with MoCo v3
 (``mocov3.py``).
 
-The queue keeps each key's sample index, so detectors with per-sample state (IFND's pseudo
-labels, GloFND's thresholds) flag queued keys as they flag the batch's views.
+The queue keeps each key's sample index and, where the data has them, its class, so detectors with
+per-sample state (IFND's pseudo labels, GloFND's thresholds) flag queued keys as they flag the
+batch's views, and the flags are counted against the classes as SimCLR's are.
 """
 import copy
 
@@ -15,11 +16,28 @@ from torch import nn
 
 from ifnd.dist import gather_no_grad
 from ifnd.models.contrastive import ContrastiveAlgorithm
-from ifnd.models.false_negatives import NegativeBatch, flagged_loss
-from ifnd.settings import check_number
-from ifnd.models.losses import queue_debiased_loss, queue_logits
+from ifnd.models.false_negatives import NegativeBatch
 from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS
+from ifnd.settings import check_number
+
+
+@torch.no_grad()
+def ring_enqueue(ptr: torch.Tensor, buffers: tuple[torch.Tensor, ...],
+                 rows: tuple[torch.Tensor | int, ...]) -> None:
+    """Write ``rows`` (one per buffer, the same number of rows each, or a fill value) into the
+    ring ``buffers`` at ``ptr`` and advance it, on the device (no host sync); the oldest rows go."""
+    num = next(r for r in rows if isinstance(r, torch.Tensor)).shape[0]
+    length = buffers[0].shape[0]
+    slots = ring_slots(ptr, num, length)
+    for buffer, values in zip(buffers, rows):
+        buffer[slots] = values
+    ptr.copy_((ptr + num) % length)
+
+
+def ring_slots(ptr: torch.Tensor, num: int, length: int) -> torch.Tensor:
+    """The rows of a ring of ``length`` that the next ``num`` rows written at ``ptr`` overwrite."""
+    return (ptr + torch.arange(num, device=ptr.device)) % length
 
 
 class KeyEncoder:
@@ -99,8 +117,9 @@ class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
         self._build_key_encoder(convert_split_batchnorm)
         dim = self.neck.out_dim
         self.register_buffer('queue', F.normalize(torch.randn(queue_len, dim), dim=1))
-        # Sample index of each key; -1 for the initial random rows.
+        # Sample index and class of each key; -1 for the initial random rows (and unknown classes).
         self.register_buffer('queue_index', torch.full((queue_len,), -1, dtype=torch.long))
+        self.register_buffer('queue_label', torch.full((queue_len,), -1, dtype=torch.long))
         self.register_buffer('queue_ptr', torch.zeros((), dtype=torch.long))
 
     @torch.no_grad()
@@ -128,17 +147,19 @@ class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
             keys = self._key_embed(x[order])
         return keys[torch.argsort(order)]
 
-    def _next_slots(self, num: int) -> torch.Tensor:
-        # Queue rows the next enqueue of ``num`` keys (all ranks together) overwrites.
-        return (self.queue_ptr + torch.arange(num, device=self.queue.device)) % len(self.queue)
-
     @torch.no_grad()
-    def _enqueue(self, keys: torch.Tensor, index: torch.Tensor) -> None:
-        keys, index = gather_no_grad(keys), gather_no_grad(index)
-        slots = self._next_slots(keys.shape[0])
-        self.queue[slots] = keys
-        self.queue_index[slots] = index
-        self.queue_ptr.copy_((self.queue_ptr + keys.shape[0]) % len(self.queue))
+    def _enqueue(self, keys: torch.Tensor, index: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+        """Queue the keys of all ranks with their sample indices and classes (-1: unknown)."""
+        rows = (gather_no_grad(keys), gather_no_grad(index),
+                -1 if labels is None else gather_no_grad(labels.to(index.device)))
+        ring_enqueue(self.queue_ptr, (self.queue, self.queue_index, self.queue_label), rows)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:
+        # Checkpoints from before the queue kept classes: their keys' classes are unknown (-1).
+        state_dict.setdefault(prefix + 'queue_label', torch.full_like(self.queue_label, -1))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
 
     def loss(self, inputs: list[torch.Tensor], data_samples: dict) -> dict:
         """InfoNCE of queries against their keys and the queue, with its detector's flags treated."""
@@ -151,47 +172,36 @@ class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
         if self.compiles(k.device):
             # A compiled graph may read its inputs again in its backward (recomputing rather than
             # saving): it gets copies of the queue, which the enqueue below overwrites.
-            queue = (self.queue.clone(), self.queue_index.clone(), None)
+            queue = (self.queue.clone(), self.queue_index.clone(), self.queue_label.clone(), None)
         else:  # the queue itself, no copy: the loss keeps the rows the enqueue overwrites
-            queue = (self.queue, self.queue_index, self._next_slots(k.shape[0] * world_size))
-        loss, logged = self.compiled('head_losses', k.device)(features, k, index, data_samples,
-                                                              *queue)
+            queue = (self.queue, self.queue_index, self.queue_label,
+                     ring_slots(self.queue_ptr, k.shape[0] * world_size, len(self.queue)))
+        losses = self.compiled('head_losses', k.device)(features, k, index, data_samples, *queue)
         if index is None:
             index = torch.full((k.shape[0],), -1, dtype=torch.long, device=k.device)
-        self._enqueue(k, index)
-        return {'loss': loss, **logged}
+        self._enqueue(k, index, data_samples.get('label'))
+        return self._add_detection(losses)
 
     def head_losses(self, features: torch.Tensor, k: torch.Tensor, index: torch.Tensor | None,
                     data_samples: dict, queue: torch.Tensor, queue_index: torch.Tensor,
-                    overwritten: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
+                    queue_label: torch.Tensor, overwritten: torch.Tensor | None) -> dict:
         """The loss of the queries' backbone features (projected and normalised) against their keys
         and the queue (:meth:`queue_loss`), and its logs."""
         q = self.project(features)
-        with torch.autocast(q.device.type, enabled=False):  # logits / tau need float32
-            return self.queue_loss(q, k, index, data_samples, queue, queue_index, overwritten)
+        return self.queue_loss(q, k, index, data_samples, queue, queue_index, queue_label, overwritten)
 
     def queue_loss(self, q: torch.Tensor, k: torch.Tensor, index: torch.Tensor | None,
                    data_samples: dict, queue: torch.Tensor, queue_index: torch.Tensor,
-                   overwritten: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
-        """The loss of the queries against their own key (column 0) and the queue ``[K, D]`` (its
-        sample indices ``[K]``; ``overwritten``: the rows the step's enqueue overwrites in place
-        before the backward, None if it does not), and its logs."""
-        if self.weighting is not None and self.detector is None:
-            # The queue's K keys are all negatives: the estimators' N is K.
-            return queue_debiased_loss(q, k, queue, self.temperature, self.weighting['tau_plus'],
-                                       self.weighting['beta'], overwritten), {}
-        l_pos, l_neg = queue_logits(q, k, queue, self.temperature, overwritten)
-        logits = torch.cat([l_pos.unsqueeze(1), l_neg], dim=1)
-        positive = logits.new_zeros(q.shape[0], dtype=torch.long)
-        if self.detector is None:
-            return F.cross_entropy(logits, positive), {}
+                   queue_label: torch.Tensor, overwritten: torch.Tensor | None) -> dict:
+        """The layout: the queries against their own key (column 0 of the logits) and the queue
+        ``[K, D]`` (its sample indices and classes ``[K]``; ``overwritten``: the rows the step's
+        enqueue overwrites in place before the backward, None if it does not), every queued key a
+        negative."""
+        classes = self._classes(data_samples)
         batch = NegativeBatch(anchors=q, candidates=queue,
-                              negatives=torch.ones_like(l_neg, dtype=torch.bool),
-                              anchor_index=index, candidate_index=queue_index,
-                              anchor_classes=self._classes(data_samples))
-        flags = self.detector(batch)
-        if flags is not None:  # column 0, the own key, is never flagged
-            flags = torch.cat([flags.new_zeros(flags.shape[0], flags.shape[1], 1), flags], dim=2)
-        per_query = flagged_loss(logits, positive, None, flags, self.treatment, self.weighting,
-                                 self.temperature)
-        return per_query.mean(), self.detector.log_vars(batch)
+                              negatives=torch.ones((), dtype=torch.bool, device=q.device).expand(
+                                  q.shape[0], queue.shape[0]),  # a view: no [M, K] mask is made
+                              anchor_index=index, candidate_index=queue_index, anchor_classes=classes,
+                              candidate_classes=None if classes is None else queue_label,
+                              positives=k, overwritten=overwritten, negatives_per_anchor=queue.shape[0])
+        return self.negatives_loss(batch)

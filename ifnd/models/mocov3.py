@@ -18,11 +18,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from mmengine.dist import get_dist_info
 
 from ifnd.dist import gather_no_grad
 from ifnd.models.contrastive import ContrastiveAlgorithm
-from ifnd.models.false_negatives import NegativeBatch, flagged_loss
+from ifnd.models.false_negatives import NegativeBatch
 from ifnd.models.moco import KeyEncoder
 from ifnd.registry import MODELS
 from ifnd.settings import check_number
@@ -69,7 +68,6 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
         self._build_key_encoder()
         self.momentum = self.base_momentum
         self.max_iters: int | None = None  # set by MomentumScheduleHook before each iteration
-        self.records_detection = self.detector is not None or self.weighting is None
         self._batch_norm_backbone = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                         for m in self.backbone.modules())
 
@@ -130,47 +128,19 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
         return self.pair_losses(queries, keys, data_samples, support)
 
     def negative_batch(self, queries: torch.Tensor, keys: torch.Tensor, data_samples: dict,
-                       support: torch.Tensor | None = None) -> tuple[NegativeBatch, torch.Tensor,
-                                                                     torch.Tensor]:
-        """The detectors' view of the step, each query's positive column and the columns that
-        are no candidates of it (the keys of its own view)."""
-        num, device = queries.shape[0] // 2, queries.device
-        rank, world_size = get_dist_info()
+                       support: torch.Tensor | None = None) -> NegativeBatch:
+        """The layout: the 2M local queries ``cat([q1, q2])`` against the keys of all processes
+        ``cat([k1s, k2s])``, each query against the other view's keys (its positive: its own
+        image's)."""
         k1, k2 = keys.chunk(2)
         candidates = torch.cat([gather_no_grad(k1), gather_no_grad(k2)])  # [2T, D]
-        total = num * world_size
-        own = torch.arange(num, device=device) + rank * num
-        positive_index = torch.cat([own + total, own])  # q1 against k2, q2 against k1
-        view = torch.arange(2, device=device).repeat_interleave(num)
-        column_view = torch.arange(2, device=device).repeat_interleave(total)
-        excluded = view.unsqueeze(1) == column_view.unsqueeze(0)
-        columns = torch.arange(2 * total, device=device)
-        negatives = ~excluded & (columns.unsqueeze(0) != positive_index.unsqueeze(1))
-        index = self._sample_index(data_samples, num, device)
-        classes = self._classes(data_samples)
-        batch = NegativeBatch(
-            anchors=queries, candidates=candidates, negatives=negatives,
-            anchor_index=None if index is None else index.repeat(2),
-            candidate_index=None if index is None else gather_no_grad(index).repeat(2),
-            anchor_classes=None if classes is None else classes.repeat(2),
-            candidate_classes=None if classes is None else gather_no_grad(classes).repeat(2),
-            views=2, support=support, own_image=own)
-        return batch, positive_index, excluded
+        return self.cross_view_batch(queries, candidates, data_samples, support)
 
     def pair_losses(self, queries: torch.Tensor, keys: torch.Tensor, data_samples: dict,
                     support: torch.Tensor | None = None) -> dict:
         """``ctr(q1, k2) + ctr(q2, k1)`` of the queries ``cat([q1, q2])`` and the local keys
         ``cat([k1, k2])``, each ``2τ`` times the mean cross entropy over its M queries."""
-        batch, positive_index, excluded = self.negative_batch(queries, keys, data_samples, support)
-        if self.weighting is not None and batch.candidates.shape[0] < 4:
-            raise ValueError(f'{type(self).__name__} needs at least 2 images per batch (over all '
-                             'processes) to have a negative; raise train_dataloader.batch_size')
-        flags = None if self.detector is None else self.detector(batch)
-        with torch.autocast(queries.device.type, enabled=False):  # logits / tau need float32
-            logits = batch.anchors @ batch.candidates.t() / self.temperature  # [2M, 2T]
-            per_query = flagged_loss(logits, positive_index, excluded, flags, self.treatment,
-                                     self.weighting, self.temperature)
+        losses = self.negatives_loss(self.negative_batch(queries, keys, data_samples, support))
         # Two directions of M queries each: their means' sum is twice the mean over the 2M.
-        loss = 2 * self.temperature * 2 * per_query.mean()
-        logged = {} if self.detector is None else self.detector.log_vars(batch)
-        return {'loss': loss, **logged, **self._detection_counts(flags, batch)}
+        losses['loss'] = 2 * self.temperature * 2 * losses['loss']
+        return losses

@@ -37,9 +37,24 @@ class NegativeBatch:
     views: int = 1
     support: torch.Tensor | None = None
     own_image: torch.Tensor | None = None  # each local image's column among the candidate images
+    # The loss's layout (``treatment.contrast``): each anchor's positive column among the
+    # candidates [A], or a positive of its own outside them [A, D] (MoCo's key); the columns that
+    # are no candidate of it [A, C]; the queue rows an enqueue overwrites before the backward.
+    positive_index: torch.Tensor | None = None
+    positives: torch.Tensor | None = None
+    excluded: torch.Tensor | None = None
+    overwritten: torch.Tensor | None = None
+    # Negatives each anchor has, known from the shapes alone (a weighting needs one at least).
+    negatives_per_anchor: int | None = None
     # What a detector derives from the batch once and reads again (its flags, its logs): e.g. the
     # pseudo labels of the anchors and candidates, looked up once a step.
     derived: dict = field(default_factory=dict)
+
+
+# What a clustering round can hand the parts (PseudoLabelHook computes those its model's parts
+# declare, and what its acceptance ranks by): the accepted labels, IFND's κ, PCL's per-cluster
+# concentrations φ, the centroids.
+ROUND_OUTPUTS = frozenset({'labels', 'kappa', 'concentrations', 'centroids'})
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,7 @@ class DetectorNeeds:
     classes: bool = False  # reads the ground-truth classes (an oracle)
     support_views: int = 0  # extra views per image, embedded without gradient (FNC)
     batch_only: bool = False  # flags only among the batch's views (not MoCo's queue)
-    concentration: bool = False  # reads the rounds' PCL concentrations (PseudoLabelHook score='pcl')
+    round_outputs: frozenset = frozenset()  # of ROUND_OUTPUTS: what it reads of each round
 
 
 class FalseNegativeDetector(nn.Module):
@@ -100,6 +115,10 @@ class FalseNegativeDetector(nn.Module):
             scores[order] = -torch.arange(num_samples, dtype=torch.float64)  # first drawn, first
             self._order = scores
             self._accepted = torch.zeros(num_samples, dtype=torch.bool, device=device)
+
+    def check_levels(self, num_clusters: list[int], clusterer: str) -> None:
+        """Refuse settings of this detector that the clustering levels ``num_clusters`` (of
+        ``clusterer``, the hook filling its labels) would leave idle."""
 
     def idle_warnings(self, max_epochs: int) -> list[str]:
         """The settings that keep this detector from flagging anything in a run of ``max_epochs``."""

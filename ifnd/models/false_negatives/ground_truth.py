@@ -29,8 +29,10 @@ class GroundTruth(FalseNegativeDetector):
         self._classes = classes
 
     def candidate_classes(self, batch: NegativeBatch) -> torch.Tensor:
-        """The candidates' classes: the batch's own, else looked up by sample index (-1: unknown)."""
-        if batch.candidate_classes is not None:
+        """The candidates' classes: looked up by sample index in the training set's labels where
+        the hook gave them (also for queued keys of an older checkpoint, which carry no class), else
+        the batch's own (-1: unknown)."""
+        if batch.candidate_classes is not None and (self._classes is None or batch.candidate_index is None):
             return batch.candidate_classes
         if self._classes is None:
             raise RuntimeError('the GroundTruth detector on a queue needs the training set\'s '

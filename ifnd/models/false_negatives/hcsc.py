@@ -105,7 +105,9 @@ class HCSCSelection(LabelBankDetector):
             raise TypeError('HCSCSelection concentration must be True or False, got '
                             f'{concentration!r}')
         self.concentration = concentration
-        self.needs = replace(self.needs, concentration=concentration)
+        # Its prototypes: the centroids, and PCL's concentrations φ unless φ = T everywhere.
+        self.needs = replace(self.needs, round_outputs=self.needs.round_outputs | {'centroids'} | (
+            {'concentrations'} if concentration else set()))
         self.floor = check_number(name, 'floor', floor, low=0, high=1, high_open=True,
                                   hint='the least drop probability (the authors: 0.001)')
         self.seed = check_seed(name, 'seed', seed)

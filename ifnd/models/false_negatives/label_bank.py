@@ -92,7 +92,7 @@ class LabelBankDetector(FalseNegativeDetector):
     """Base of the detectors that read the algorithm's :class:`PseudoLabelBank` (IFND's, HCSC's),
     handed over by ``attach``; their flags have one level per clustering level."""
 
-    needs = DetectorNeeds(label_bank=True, sample_index=True)
+    needs = DetectorNeeds(label_bank=True, sample_index=True, round_outputs=frozenset({'labels'}))
 
     def __init__(self, acceptance: dict | None = None) -> None:
         super().__init__(acceptance)

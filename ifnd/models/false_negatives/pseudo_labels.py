@@ -32,6 +32,14 @@ class PseudoLabels(LabelBankDetector):
         self.agreement = check_number('PseudoLabels', 'agreement', agreement, int, low=AGREEMENT.low,
                                       high=AGREEMENT.high,
                                       hint='the levels whose labels must agree for a flag')
+    def check_levels(self, num_clusters: list[int], clusterer: str) -> None:
+        """Refuse an agreement at more levels than are clustered: no pair could ever agree."""
+        if self.agreement > len(num_clusters):
+            raise ValueError(f'PseudoLabels agreement={self.agreement} asks labels to agree at more levels '
+                             f'than {clusterer} clusters at ({len(num_clusters)}: num_clusters='
+                             f'{list(num_clusters)}), so nothing would be flagged: set agreement to at '
+                             f'most {len(num_clusters)}, or add levels')
+
     def check_ready(self) -> None:
         """The bank's own lookup names the missing hook."""
 
