@@ -84,6 +84,16 @@ def check_number(owner: str, key: str, value: object, kind: type = float, *,
     return number
 
 
+def check_choice(owner: str, key: str, value: object, choices: tuple, hint: str = '') -> object:
+    """``value`` when it is one of ``choices``; else one line naming the key, the value and the
+    choices, then ``hint``."""
+    if isinstance(value, bool) or value not in choices:
+        tail = f': {hint}' if hint else ''
+        raise ValueError(f'{owner} {key} must be one of {", ".join(map(repr, choices))}, got '
+                         f'{value!r}{tail}')
+    return value
+
+
 def check_optional(owner: str, key: str, value: object, kind: type = float,
                    **bounds) -> int | float | None:
     """:func:`check_number` for a setting that may be None (then None)."""

@@ -889,7 +889,10 @@ def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, cap
                                               glofnd={'model.detector.alpha': 0.3}))
     assert bench.main([*argv, '--previous', fine]) == {}
     assert 'Merged from' in capsys.readouterr().out
-    bad = _previous_file(tmp_path / 'bad.json', earlier, EARLIER, epochs=9, eval_split='val',
+    # An earlier debiased run this invocation does not train again (seed 5) would be mixed with
+    # its own: its settings must agree.
+    bad = _previous_file(tmp_path / 'bad.json', earlier, {**EARLIER, ('debiased', 5): (90.0, 89.0)},
+                         epochs=9, eval_split='val',
                          method_options=dict(bench.own_options('digits'),
                                              debiased={'model.tau_plus': 0.5}))
     with pytest.raises(SystemExit) as exit_info:
@@ -903,6 +906,15 @@ def test_false_negatives_previous_refused_when_the_settings_differ(tmp_path, cap
             f"['model.tau_plus={tau_plus}'] here") in message
     assert 'glofnd' not in message and 'work_dir' not in message.split('. ')[0]
     assert '$ ' not in capsys.readouterr().out, 'no command is planned'
+    # A method trained again on every seed the earlier result has replaces its runs, whatever
+    # its settings were.
+    replaced = _previous_file(tmp_path / 'replaced.json', earlier,
+                              {**EARLIER, ('debiased', 0): (80.0, 79.0), ('debiased', 1): (81.0, 80.0)},
+                              debiased_config='former.py',
+                              method_options=dict(bench.own_options('digits'),
+                                                  debiased={'model.tau_plus': 0.5}))
+    assert bench.main([*argv, '--previous', replaced]) == {}
+    capsys.readouterr()
     # The same option written as text on the command line is the same setting.
     texts = _previous_file(tmp_path / 'texts.json', earlier, EARLIER, method_options={
         'debiased': {'model.tau_plus': str(tau_plus)}})

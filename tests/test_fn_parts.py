@@ -379,7 +379,7 @@ def test_an_anchor_with_every_negative_flagged_keeps_them_all(weighting):
     (dict(type='FNC', detector=dict(type='GroundTruth')), "use type='SimCLR' with detector="),
     (dict(type='IFNDMoCo', detector=dict(type='GroundTruth'), queue_len=16),
      "use type='MoCoV2' with detector="),
-    (dict(type='IFND', treatment='supcon'), r"treatment must be None or one of \('elim', 'attr'\)"),
+    (dict(type='IFND', treatment='supcon'), r"treatment must be None or one of \('elim', 'attr', 'zero'\)"),
     (dict(type='FNC', treatment=None), "FNC needs a treatment"),
     (dict(type='HardNegativeMoCo', weighting=DEBIASED, queue_len=16),
      "use type='MoCoV2' with detector="),

@@ -271,7 +271,7 @@ def test_label_masks_and_errors():
         contrastive_loss(z, _unit(5, 3, seed=32))
     with pytest.raises(ValueError, match='labels'):
         contrastive_loss(z, z, torch.zeros(2, 5, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"treatment must be None or one of \('elim', 'attr'\)"):
+    with pytest.raises(ValueError, match=r"treatment must be None or one of \('elim', 'attr', 'zero'\)"):
         contrastive_loss(z, z, treatment='supcon')
     with pytest.raises(ValueError, match='together'):
         queue_contrastive_loss(z, z, z, labels=torch.zeros(4, dtype=torch.long))

@@ -435,7 +435,9 @@ def test_a_certainty_share_is_refused_where_no_level_can_reach_it():
      'epochs, not before the run ends (train_cfg.max_epochs=8)'),
     (CONFIDENT_DIGITS, {'model.temperature': 0.5, 'custom_hooks.0.acceptance.certainty_share': 0.5},
      'certainty_share=0.5 with κ at temperature=0.5 can never accept a label at k=100'),
-], ids=['stability after the run', 'κ out of reach at some levels'])
+    ('hcsc/hcsc_r18_8e_digits.py', {'custom_hooks.0.warmup_epochs': 8},
+     'PseudoLabelHook warmup_epochs=8 ends with the run (train_cfg.max_epochs=8): no clustering round'),
+], ids=['stability after the run', 'κ out of reach at some levels', 'warm-up to the end'])
 def test_a_round_that_would_accept_little_is_warned_when_training_starts(config, options, said):
     """What depends on the model (its temperature, its detector) and the run's length, checked by
     PseudoLabelHook before its first round: one warning each."""

@@ -3,7 +3,8 @@
 An earlier result (the JSON ``--out`` writes) gives the runs of the methods and seeds this
 invocation does not train; its settings must be this invocation's except in what only says which
 runs were made, where and how fast. A method's own settings (its config and ``--method-options``)
-are compared only for the methods both train.
+are compared only where both train it and some of the earlier runs are kept: a method trained
+again on every seed the earlier result has (a changed method, a new recipe) replaces its runs.
 """
 from __future__ import annotations
 
@@ -64,8 +65,9 @@ def _method_settings(settings: dict, method: str) -> dict:
     return {'config': settings.get(f'{method}_config'), 'options': sorted(as_cli(options))}
 
 
-def settings_differences(previous: dict, current: dict) -> list[str]:
-    """``key: earlier value != this value`` for each setting the two results may not differ in."""
+def settings_differences(previous: dict, current: dict, kept: set[str] | None = None) -> list[str]:
+    """``key: earlier value != this value`` for each setting the two results may not differ in;
+    ``kept``: the methods whose earlier runs are kept (None: all), the others' own settings free."""
     differences = []
     for key in sorted(set(previous) | set(current)):
         if key in FREE_SETTINGS or key in PER_METHOD:
@@ -75,7 +77,7 @@ def settings_differences(previous: dict, current: dict) -> list[str]:
         if before != now:
             differences.append(f'{key}: {before!r} there, {now!r} here')
     shared = [m for m in METHODS if m in (previous.get('methods') or [])
-              and m in (current.get('methods') or [])]
+              and m in (current.get('methods') or []) and (kept is None or m in kept)]
     for method in shared:
         before, now = _method_settings(previous, method), _method_settings(current, method)
         if before['config'] != now['config']:
@@ -93,7 +95,8 @@ def check_previous(paths: list[str], settings: dict, args: argparse.Namespace) -
     previous, given = [], {}
     for path in paths:
         result = read_previous(path)
-        differences = settings_differences(result['settings'], settings)
+        kept = {r['method'] for r in result['runs'] if (r['method'], r['seed']) not in trained}
+        differences = settings_differences(result['settings'], settings, kept)
         if differences:
             raise SystemExit(f'--previous {path}: its settings differ from this invocation\'s in '
                              f'{"; ".join(differences)}. Only methods, seeds, work_dir, jobs, '

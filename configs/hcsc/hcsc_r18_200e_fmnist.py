@@ -1,12 +1,14 @@
-# HCSC's instance selection on Fashion-MNIST (SimCLR base, ResNet-18) on IFND's clustering
-# (ifnd_r18_200e_fmnist.py: k-means with [10, 30, 100] clusters every 5 epochs, independent levels,
-# not HCSC's nested k-means), every label used from epoch 20 on (HCSC's warm-up, 20 of 200 epochs);
-# each negative is dropped at random with the probability that it shares the anchor's cluster
-# (HCSCSelection, T = 0.2), then eliminated. score='pcl': the round computes PCL's
-# concentrations, HCSC's per-prototype temperatures.
+# HCSC whole on Fashion-MNIST (SimCLR base, ResNet-18) on IFND's clustering settings
+# (ifnd_r18_200e_fmnist.py) made HCSC's: hierarchical k-means, 100 clusters of the samples, 30 of
+# those centroids, 10 of those, every 5 epochs from epoch 20 on (HCSC's warm-up, 20 of 200 epochs),
+# every label used; instance selection (each negative dropped at random with the probability that
+# it shares the anchor's cluster, T = 0.2) and ProtoNCE with prototype selection over the three
+# levels, with the authors' code's choices: dropped logits multiplied by 0, the levels' instance
+# losses summed (the options and ours beside them: docs/methods.md).
 _base_ = ['../ifnd/ifnd_r18_200e_fmnist.py']
 
-model = dict(type='HCSC')  # elimination, the preset's treatment
-pseudo_label_hook = dict(_base_.pseudo_label_hook, score='pcl',
-                         acceptance=dict(type='StepAcceptance', step_epoch=20, final_rate=1.0))
+model = dict(type='HCSC', dropped='zeroed', level_loss='sum')
+pseudo_label_hook = dict(
+    _base_.pseudo_label_hook, num_clusters=[100, 30, 10], hierarchy='nested', warmup_epochs=20,
+    score='pcl', acceptance=dict(type='ConstantAcceptance', final_rate=1.0))
 custom_hooks = [pseudo_label_hook, _base_.knn_hook, _base_.fn_detection_hook]

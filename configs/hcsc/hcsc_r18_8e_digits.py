@@ -1,12 +1,11 @@
-# HCSC's instance selection on digits (the digits protocol's SimCLR recipe) on IFND's clustering
-# (ifnd_r18_8e_digits.py: k-means with [10, 30, 100] clusters after every epoch, independent
-# levels, not HCSC's nested k-means), every label used from epoch 1 on (HCSC's warm-up, a tenth of
-# the run, before which nothing is flagged); each negative is dropped at random with the
-# probability that it shares the anchor's cluster (HCSCSelection, T = 0.2), then eliminated.
-# score='pcl': the round computes PCL's concentrations, HCSC's per-prototype temperatures.
+# HCSC whole on digits (the digits protocol's SimCLR recipe) on IFND's clustering settings
+# (ifnd_r18_8e_digits.py) made HCSC's: hierarchical k-means (100, 30, 10 clusters) after every
+# epoch from epoch 1 on (HCSC's warm-up, a tenth of the run), every label used, instance and
+# prototype selection with the authors' code's choices, as hcsc_r18_200e_fmnist.py.
 _base_ = ['../ifnd/ifnd_r18_8e_digits.py']
 
-model = dict(type='HCSC')  # elimination, the preset's treatment
-pseudo_label_hook = dict(_base_.pseudo_label_hook, score='pcl',
-                         acceptance=dict(type='StepAcceptance', step_epoch=1, final_rate=1.0))
+model = dict(type='HCSC', dropped='zeroed', level_loss='sum')
+pseudo_label_hook = dict(
+    _base_.pseudo_label_hook, num_clusters=[100, 30, 10], hierarchy='nested', warmup_epochs=1,
+    score='pcl', acceptance=dict(type='ConstantAcceptance', final_rate=1.0))
 custom_hooks = [pseudo_label_hook, _base_.knn_hook, _base_.fn_detection_hook]

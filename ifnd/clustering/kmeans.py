@@ -5,6 +5,10 @@ features, several restarts keeping the best objective, training on a seeded rand
 most ``k * max_points_per_centroid`` points; the centroids are then L2-normalised and every
 feature is assigned to the centroid of highest cosine similarity.
 
+Levels of several k are clustered independently (:func:`multi_level_kmeans`, IFND's), or nested
+as HCSC's hierarchical k-means (:func:`nested_kmeans`): each level clusters the finer level's
+centroids; ``HIERARCHIES`` names both.
+
 ``BACKEND_TABLE`` names each backend with its fit function, whether it is installed, the devices
 ``backend='auto'`` picks it for and whether it shards over processes; the one ``'auto'`` rule
 (:func:`choose_backend`) and the command lines' choices read it. faiss runs here; the torch
@@ -28,9 +32,10 @@ from ifnd.dist import all_reduce_sum
 
 from .torch_kmeans import rows_per_chunk, torch_kmeans
 
-__all__ = ['KMeansResult', 'kmeans', 'multi_level_kmeans', 'assign_by_cosine', 'KMeansBackend',
-           'BACKEND_TABLE', 'KMEANS_BACKENDS', 'choose_backend', 'faiss_gpu_available',
-           'resolve_backend', 'sharding_backend', 'kmeans_options', 'check_kmeans_options']
+__all__ = ['KMeansResult', 'kmeans', 'multi_level_kmeans', 'nested_kmeans', 'HIERARCHIES',
+           'check_hierarchy', 'assign_by_cosine', 'KMeansBackend', 'BACKEND_TABLE',
+           'KMEANS_BACKENDS', 'choose_backend', 'faiss_gpu_available', 'resolve_backend',
+           'sharding_backend', 'kmeans_options', 'check_kmeans_options']
 
 _INITS = ('random', 'k-means++')
 # Seed offset between levels of multi_level_kmeans (a prime, so level seeds rarely coincide
@@ -45,11 +50,15 @@ class KMeansResult:
     """Result of one k-means run."""
 
     centroids: Tensor  # [K, D] float32, L2-normalised
-    assignments: Tensor  # [N] int64, index of the most cosine-similar centroid
-    objective: float  # sum_i ||x_i - c_{a_i}||^2 over all normalised features and centroids
+    # [N] int64, index of the most cosine-similar centroid (a nested upper level: the sample's
+    # finer cluster's parent)
+    assignments: Tensor
+    objective: float  # sum_i ||x_i - c_{a_i}||^2 over the normalised points clustered and centroids
     backend: str  # backend actually used, a name of BACKEND_TABLE
     device: str = 'cpu'  # where the Lloyd iterations ran, e.g. 'cuda:0'
     num_shards: int = 1  # processes the features were sharded over (assignments: this shard's)
+    # A nested upper level only: [k of the finer level] int64, each finer cluster's cluster here
+    parents: Tensor | None = None
 
     @property
     def num_clusters(self) -> int:
@@ -344,23 +353,79 @@ def kmeans(features: ArrayLike,
                               min_points_per_centroid, seed, backend, init, verbose, index)
 
 
+def _level_fitter(features: ArrayLike, ks: Sequence[int], seed: int,
+                  kwargs: dict) -> tuple[Tensor, Tensor | None, Callable[..., KMeansResult]]:
+    """The features normalised (and copied) once for all levels, their shard index, and the fit
+    of one level: ``fit(points, k, level, sample_index, min_points_per_centroid=the option's)``
+    with the level's seed."""
+    if len(ks) == 0:
+        raise ValueError('ks must name at least one number of clusters')
+    options = check_kmeans_options(kwargs)
+    feats, index = _prepare(features, options['device'], options['sample_index'])
+
+    def fit(points: Tensor, k: int, level: int, sample_index: Tensor | None,
+            min_points_per_centroid: int = options['min_points_per_centroid']) -> KMeansResult:
+        return _kmeans_normalised(points, k, options['niter'], options['nredo'],
+                                  options['max_points_per_centroid'], min_points_per_centroid,
+                                  seed + level * _LEVEL_SEED_STRIDE, options['backend'],
+                                  options['init'], options['verbose'], sample_index)
+    return feats, index, fit
+
+
 def multi_level_kmeans(features: ArrayLike,
                        ks: Sequence[int],
                        *,
                        seed: int = 0,
                        **kwargs) -> list[KMeansResult]:
     """Run :func:`kmeans` once per granularity in ``ks``, with a different seed per level."""
-    if len(ks) == 0:
-        raise ValueError('ks must name at least one number of clusters')
-    options = check_kmeans_options(kwargs)
-    # normalise (and copy) once for all levels
-    feats, index = _prepare(features, options['device'], options['sample_index'])
-    return [
-        _kmeans_normalised(feats, k, options['niter'], options['nredo'],
-                           options['max_points_per_centroid'], options['min_points_per_centroid'],
-                           seed + level * _LEVEL_SEED_STRIDE, options['backend'], options['init'],
-                           options['verbose'], index) for level, k in enumerate(ks)
-    ]
+    feats, index, fit = _level_fitter(features, ks, seed, kwargs)
+    return [fit(feats, k, level, index) for level, k in enumerate(ks)]
+
+
+def nested_kmeans(features: ArrayLike,
+                  ks: Sequence[int],
+                  *,
+                  seed: int = 0,
+                  **kwargs) -> list[KMeansResult]:
+    """HCSC's hierarchical k-means: :func:`kmeans` on the features at ``ks[0]``, then each level on
+    the finer level's normalised centroids, ``ks`` strictly decreasing (fine to coarse).
+
+    Level l + 1 holds ``parents`` (level l's clusters -> its own) and every sample's composed
+    cluster, ``parents[assignments of level l]``. The options and seeds are those of
+    :func:`multi_level_kmeans`; sharded (``sample_index``), the first level runs sharded and the
+    upper ones, on the centroids every process holds alike, run whole on each process.
+    """
+    check_hierarchy('nested', ks)
+    feats, index, fit = _level_fitter(features, ks, seed, kwargs)
+    levels = [fit(feats, ks[0], 0, index)]
+    for level, k in enumerate(ks[1:], start=1):
+        finer = levels[-1]
+        # Normalised as kmeans() would (so it gives the same level); few points per centroid by
+        # design: no warning about it.
+        upper = fit(_to_features(finer.centroids), k, level, None, min_points_per_centroid=0)
+        upper.parents = upper.assignments
+        upper.assignments = upper.parents[finer.assignments]
+        upper.num_shards = finer.num_shards
+        levels.append(upper)
+    return levels
+
+
+# How each hierarchy clusters the levels of ``ks``: independently (IFND's) or nested (HCSC's).
+HIERARCHIES: dict[str, Callable[..., list[KMeansResult]]] = {
+    'independent': multi_level_kmeans,
+    'nested': nested_kmeans,
+}
+
+
+def check_hierarchy(hierarchy: object, ks: Sequence[int], owner: str = 'k-means') -> None:
+    """Refuse an unknown hierarchy, and nested levels that are not strictly fine to coarse."""
+    if hierarchy not in HIERARCHIES:
+        raise ValueError(f'{owner} hierarchy must be one of {", ".join(map(repr, HIERARCHIES))}, '
+                         f'got {hierarchy!r}')
+    if hierarchy == 'nested' and any(finer <= coarser for finer, coarser in zip(ks, ks[1:])):
+        raise ValueError(f"{owner} hierarchy='nested' clusters each level's centroids into the "
+                         f'next level, so num_clusters must decrease strictly (fine to coarse), '
+                         f'got {list(ks)}: write it e.g. as [100, 30, 10]')
 
 
 def kmeans_options() -> dict[str, inspect.Parameter]:

@@ -5,11 +5,19 @@ A round is multi-level k-means, then per level the score of every sample (κ, Eq
 (``acceptance.py``: the ``ceil(rate * N)`` highest scores, or the round's evidence). It needs no Runner: PseudoLabelHook runs it on the training set's
 features, benchmarks/clustering_cost.py on random ones, and both get the same labels.
 
+The levels are clustered independently (IFND's) or nested (``hierarchy='nested'``, HCSC's:
+each level clusters the finer level's centroids, and a sample's cluster at a coarser level is its
+finer cluster's parent). Nested levels are scored as independent ones, from the samples: κ of a
+sample at level l is the softmax over level l's centroids at its composed cluster, and φ of a
+level-l cluster PCL's estimate from the samples composed into it (many points, where HCSC's code
+estimates an upper level's φ from its few child centroids).
+
 Sharded (``num_samples`` given), every process holds the rows ``shard_index(num_samples)`` of the
 features: k-means all-reduces its per-centroid sums, the confidence is computed per shard and only
 the per-sample assignments and confidences are gathered, so every process ends with the labels of
-one process on all the features. :func:`broadcast_round` then hands rank 0's labels, centroids
-and concentrations (padded to the largest k) to every process.
+one process on all the features (nested, the upper levels cluster the centroids every process
+holds alike, whole on each). :func:`broadcast_round` then hands rank 0's labels, centroids,
+concentrations and parent maps (padded to the largest k) to every process.
 """
 from __future__ import annotations
 
@@ -24,13 +32,13 @@ from torch import Tensor
 from ifnd.dist import gather_shards, shard_index
 
 from .acceptance import Acceptance
-from .kmeans import (BACKEND_TABLE, check_kmeans_options, kmeans_options, multi_level_kmeans,
-                     resolve_backend, sharding_backend)
+from .kmeans import (BACKEND_TABLE, HIERARCHIES, check_hierarchy, check_kmeans_options,
+                     kmeans_options, resolve_backend, sharding_backend)
 from .scores import cluster_confidence, confidence, pcl_concentration
 
 __all__ = ['SCORES', 'ROUND_SET_KMEANS_OPTIONS', 'ClusteringRound', 'round_kmeans_options',
            'check_round_options', 'plan_round', 'round_seed', 'clustering_round', 'pad_levels',
-           'broadcast_round']
+           'pad_parents', 'broadcast_round']
 
 # What acceptance ranks by. 'kappa': IFND's per-sample κ; 'pcl': PCL's per-cluster concentration,
 # tighter clusters first.
@@ -51,6 +59,9 @@ class ClusteringRound:
     scores: list[Tensor]  # per level [N] float32: the score acceptance ranked by
     centroids: list[Tensor]  # per level [k, D] float32, L2-normalised, on the features' device
     concentrations: list[Tensor]  # per level [k]: PCL's φ where computed, else ones
+    # per level [k] int64: each cluster's cluster at the next, coarser level (nested levels but the
+    # last); None where the level has no parent level
+    parents: list[Tensor | None]
     stats: dict  # timings, where k-means ran, and per level sizes and acceptance (JSON-ready)
 
 
@@ -120,7 +131,8 @@ def round_seed(seed: int, round_number: int) -> int:
 def clustering_round(features: Tensor, num_clusters: Sequence[int], *, acceptance: Acceptance,
                      temperature: float, seed: int, kmeans: dict | None = None,
                      score: str = 'kappa', concentration_temperature: float | None = None,
-                     num_samples: int | None = None) -> ClusteringRound:
+                     num_samples: int | None = None,
+                     hierarchy: str = 'independent') -> ClusteringRound:
     """Cluster ``features`` at every level of ``num_clusters`` and accept labels by their scores.
 
     ``acceptance``: the scheme (``acceptance.py``), its epoch already set; it sees the round's
@@ -129,15 +141,18 @@ def clustering_round(features: Tensor, num_clusters: Sequence[int], *, acceptanc
     :func:`ifnd.clustering.kmeans` (checked by :func:`check_round_options`); ``score``: one of
     ``SCORES``; ``concentration_temperature``: also compute PCL's concentration φ, rescaled to
     this mean τ (always computed for ``score='pcl'``, which ranks by it); ``num_samples``: the
-    features are this process's shard of that many samples (see the module's notes).
+    features are this process's shard of that many samples (see the module's notes);
+    ``hierarchy``: a name of ``HIERARCHIES``: ``'independent'`` (IFND's) or ``'nested'`` (HCSC's;
+    κ and φ of a level from the samples composed into its clusters, see the module's notes).
     """
     _check_score(score)
+    check_hierarchy(hierarchy, num_clusters, 'the clustering round')
     sharded = num_samples is not None
     num = num_samples if sharded else features.shape[0]
     index = shard_index(num).to(features.device) if sharded else None
     tic = time.perf_counter()
-    results = multi_level_kmeans(features, num_clusters, seed=seed, **(kmeans or {}),
-                                 sample_index=index)
+    results = HIERARCHIES[hierarchy](features, num_clusters, seed=seed, **(kmeans or {}),
+                                     sample_index=index)
     kmeans_s = time.perf_counter() - tic
 
     def gather(x: Tensor) -> Tensor:
@@ -167,12 +182,12 @@ def clustering_round(features: Tensor, num_clusters: Sequence[int], *, acceptanc
         levels.append(_level_stats(k, assigned, accepted, smallest))
     acceptance.end_round(assignments)
     first = results[0]
-    stats = {'seconds_kmeans': kmeans_s, 'kmeans_backend': first.backend,
+    stats = {'hierarchy': hierarchy, 'seconds_kmeans': kmeans_s, 'kmeans_backend': first.backend,
              'kmeans_device': first.device, 'kmeans_processes': first.num_shards,
              'levels': levels, 'seconds_confidence': confidence_s}
-    return ClusteringRound(labels=torch.stack(labels), assignments=assignments,
-                           scores=scores, centroids=[r.centroids for r in results],
-                           concentrations=concentrations, stats=stats)
+    return ClusteringRound(labels=torch.stack(labels), assignments=assignments, scores=scores,
+                           centroids=[r.centroids for r in results], concentrations=concentrations,
+                           parents=[r.parents for r in results[1:]] + [None], stats=stats)
 
 
 def pad_levels(centroids: Sequence[Tensor], concentrations: Sequence[Tensor],
@@ -189,24 +204,40 @@ def pad_levels(centroids: Sequence[Tensor], concentrations: Sequence[Tensor],
     return padded, concentration
 
 
+def pad_parents(parents: Sequence[Tensor | None], num_clusters: Sequence[int],
+                device: torch.device | str) -> Tensor:
+    """Per-level parent maps ``[levels, k_max]`` int64 as one tensor, padded to the largest k with
+    -1, which is also every entry of a level without parents (None)."""
+    padded = torch.full((len(num_clusters), max(num_clusters)), -1, dtype=torch.long,
+                        device=device)
+    for level, parent in enumerate(parents):
+        if parent is not None:
+            padded[level, :len(parent)] = parent.to(device)
+    return padded
+
+
 def broadcast_round(result: ClusteringRound | None, num_clusters: Sequence[int], num_samples: int,
-                    dim: int, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor]:
-    """Rank 0's labels ``[levels, N]`` and padded centroids and concentrations, on every process.
+                    dim: int, device: torch.device | str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Rank 0's labels ``[levels, N]``, padded centroids, concentrations and parent maps, on every
+    process.
 
     ``result``: the round on rank 0 (other ranks may pass None); ``dim``: the features' width.
-    The centroids and concentrations are those of :func:`pad_levels`, on ``device``.
+    The centroids and concentrations are those of :func:`pad_levels`, the parent maps those of
+    :func:`pad_parents`, on ``device``.
     """
     levels, width = len(num_clusters), max(num_clusters)
     labels = torch.empty(levels, num_samples, dtype=torch.long, device=device)
     if is_main_process():
         labels.copy_(result.labels.to(device))
         centroids, concentration = pad_levels(result.centroids, result.concentrations, device)
+        parents = pad_parents(result.parents, num_clusters, device)
     else:  # filled by the broadcast
         centroids = torch.empty(levels, width, dim, device=device)
         concentration = torch.empty(levels, width, device=device)
-    for tensor in (labels, centroids, concentration):
+        parents = torch.empty(levels, width, dtype=torch.long, device=device)
+    for tensor in (labels, centroids, concentration, parents):
         broadcast(tensor, 0)
-    return labels, centroids, concentration
+    return labels, centroids, concentration, parents
 
 
 def _level_stats(k: int, assignments: Tensor, accepted: Tensor, smallest: float) -> dict:

@@ -212,7 +212,10 @@ def state_differences(model: torch.nn.Module, state: dict) -> str:
     resizable = {f'{name}.{key}' if name else key for name, module in model.named_modules()
                  if getattr(module, 'sized_by_data', False)
                  for key, _ in module.named_buffers(recurse=False)}
-    missing = sorted(set(target) - set(state))
+    # Buffers newer than some checkpoints, which their module fills in when they are missing.
+    filled = {f'{name}.{key}' if name else key for name, module in model.named_modules()
+              for key in getattr(module, 'filled_when_missing', ())}
+    missing = sorted(set(target) - set(state) - filled)
     unexpected = sorted(set(state) - set(target))
     mismatched = sorted(f'{k} {tuple(state[k].shape)} vs {tuple(target[k].shape)}'
                         for k in set(state) & set(target) - resizable

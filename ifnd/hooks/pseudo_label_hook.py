@@ -9,7 +9,7 @@ from mmengine.dist import get_world_size, is_main_process
 from mmengine.hooks import Hook
 
 from ifnd.clustering import (ClusteringRound, broadcast_round, build_acceptance,
-                             check_round_options, clustering_round, plan_round,
+                             check_hierarchy, check_round_options, clustering_round, plan_round,
                              round_kmeans_options, round_seed)
 from ifnd.dist import gather_shards
 from ifnd.engine.features import (build_eval_dataset, extract_features, trained_model_source,
@@ -49,8 +49,15 @@ class PseudoLabelHook(Hook):
     travels in the checkpoints, so a resumed run decides as the uninterrupted one.
     ``score='kappa'`` ranks by IFND's per-sample Eq. (2); ``'pcl'`` by PCL's per-cluster
     concentration. ``temperature``: τ of κ; None (default) takes the model's loss temperature,
-    the paper's choice. Each round's labels and scores are saved under
-    ``work_dir/pseudo_labels/``; the round itself is :func:`ifnd.clustering.clustering_round`.
+    the paper's choice. ``hierarchy='independent'`` (the paper's) clusters every level from the
+    samples; ``'nested'`` (HCSC's hierarchical k-means, ``num_clusters`` fine to coarse, e.g.
+    ``[100, 30, 10]``) clusters each level's centroids into the next and gives every sample its
+    finer cluster's parent; the model's label bank then holds the parent maps (``parents``).
+    ``warmup_epochs``: no round before that many epochs are done (every sample keeps a label of its
+    own, and a prototype loss has no prototypes): the first round follows epoch ``warmup_epochs``,
+    the next ones every ``interval`` epochs after it (HCSC's warm-up: 20 epochs). Each
+    round's labels, scores and parent maps are saved under ``work_dir/pseudo_labels/``; the round
+    itself is :func:`ifnd.clustering.clustering_round`.
 
     Features are extracted in batches of ``batch_size``: by default 2048 where the training set
     is held on the device (``augment_on='device'``: the uint8 images are read there and the eval
@@ -74,7 +81,8 @@ class PseudoLabelHook(Hook):
                  acceptance: dict | None = None, feature: str = 'z', score: str = 'kappa',
                  temperature: float | None = None, kmeans: dict | None = None, seed: int = 0,
                  dataset: dict | None = None, batch_size: int | None = None, num_workers: int = 2,
-                 save_labels: bool = True, autocast: bool = True) -> None:
+                 save_labels: bool = True, autocast: bool = True,
+                 hierarchy: str = 'independent', warmup_epochs: int = 0) -> None:
         if not isinstance(num_clusters, (list, tuple)) or not num_clusters:
             raise ValueError(f'PseudoLabelHook num_clusters must be a non-empty list of k, one per '
                              f'level, got {num_clusters!r}; e.g. num_clusters=[10, 30, 100]')
@@ -86,7 +94,10 @@ class PseudoLabelHook(Hook):
                              'negatives would be eliminated (loss 0, nothing learned); use k >= 2 '
                              'at every level')
         owner = 'PseudoLabelHook'
+        check_hierarchy(hierarchy, num_clusters, owner)
         check_number(owner, 'interval', interval, int, low=1, hint='epochs between rounds')
+        check_number(owner, 'warmup_epochs', warmup_epochs, int, low=0,
+                     hint='epochs of instance labels before the first round')
         check_optional(owner, 'batch_size', batch_size, int, low=1,
                        hint='or None: 2048 for data held on the device, else 256')
         check_number(owner, 'num_workers', num_workers, int, low=0)
@@ -108,6 +119,8 @@ class PseudoLabelHook(Hook):
         self.num_workers = num_workers
         self.save_labels = save_labels
         self.autocast = autocast
+        self.hierarchy = hierarchy
+        self.warmup_epochs = warmup_epochs
         self._dataset = None
 
     @staticmethod
@@ -155,6 +168,10 @@ class PseudoLabelHook(Hook):
         unlikely = self.acceptance.check_round(self.num_clusters, self._kappa_temperature(model))
         if unlikely:
             warnings.append(unlikely)
+        if self.warmup_epochs >= max_epochs:
+            warnings.append(f'PseudoLabelHook warmup_epochs={self.warmup_epochs} ends with the run '
+                            f'(train_cfg.max_epochs={max_epochs}): no clustering round, so every sample '
+                            'keeps a label of its own; lower warmup_epochs or raise train_cfg.max_epochs')
         idle = self.acceptance.idle_reason(max_epochs, self.interval)
         if idle:
             warnings.append(f'{idle}: every sample keeps a label of its own, so the pseudo labels '
@@ -169,24 +186,40 @@ class PseudoLabelHook(Hook):
             runner.logger.warning(warning)
         bank = model.label_bank
         num = len(self._data(runner))
+        nested = self.hierarchy == 'nested' and len(self.num_clusters) > 1
+        if runner.epoch > 0 and runner.epoch < self.warmup_epochs and bank.num_levels == len(self.num_clusters) \
+                and bank.num_samples == num and not bank.any_accepted:
+            runner.logger.info(f'Resumed in the warm-up at epoch {runner.epoch}: instance labels until '
+                               f'epoch {self.warmup_epochs}')
+            return
         if bank.num_levels == len(self.num_clusters) and bank.num_samples == num and runner.epoch > 0:
-            if bank.cluster_counts == self.num_clusters:
+            if bank.cluster_counts == self.num_clusters and any(bank.has_parents) == nested:
                 runner.logger.info(f'Resumed pseudo labels for {num} samples at epoch {runner.epoch}')
                 return
         if runner.epoch > 0 and bank.num_levels:
+            held = 'nested' if any(bank.has_parents) else 'independent'
             runner.logger.warning(
-                f'The checkpoint\'s pseudo labels (k={bank.cluster_counts}, {bank.num_samples} '
-                f'samples) do not match this run (num_clusters={self.num_clusters}, {num} '
-                f'samples): clustering again now, at epoch {runner.epoch}')
+                f'The checkpoint\'s pseudo labels (k={bank.cluster_counts}, {held}, '
+                f'{bank.num_samples} samples) do not match this run (num_clusters='
+                f'{self.num_clusters}, hierarchy={self.hierarchy!r}, {num} samples): clustering '
+                f'again now, at epoch {runner.epoch}')
         bank.reset(len(self.num_clusters), num)
         self.acceptance.reset()  # a fresh start: no round before this one
-        self.run_round(runner, runner.epoch)
+        if self._round_due(runner.epoch):
+            self.run_round(runner, runner.epoch)
 
     def after_train_epoch(self, runner) -> None:
-        """Re-cluster every ``interval`` epochs."""
+        """Re-cluster every ``interval`` epochs (from ``warmup_epochs`` on)."""
         done = runner.epoch + 1
-        if done % self.interval == 0:
+        if self._round_due(done):
             self.run_round(runner, done)
+
+    def _round_due(self, epochs_done: int) -> bool:
+        """Whether a round follows ``epochs_done`` epochs: the warm-up's end, then every interval."""
+        if epochs_done < self.warmup_epochs:
+            return False
+        return (epochs_done - self.warmup_epochs) % self.interval == 0 if self.warmup_epochs \
+            else epochs_done % self.interval == 0
 
     def _plan(self, device: torch.device) -> tuple[str, bool]:
         """The round's k-means backend and whether it runs sharded over the processes."""
@@ -222,13 +255,13 @@ class PseudoLabelHook(Hook):
                 temperature=self._kappa_temperature(model),
                 seed=round_seed(self.seed, epochs_done), kmeans={**self.kmeans, 'backend': backend},
                 score=self.score, concentration_temperature=float(model.temperature) if pcl else None,
-                num_samples=num if sharded else None)
+                num_samples=num if sharded else None, hierarchy=self.hierarchy)
             true_labels = (gather_shards(true_labels, num) if sharded else true_labels).cpu()
         if is_main_process():
             stats = self._report(runner, epochs_done, rate, extract_s, result, true_labels)
-        labels, centroids, concentration = broadcast_round(result, self.num_clusters, num,
-                                                           feats.shape[1], device)
-        bank.update(labels, centroids, concentration, self.num_clusters)
+        labels, centroids, concentration, parents = broadcast_round(
+            result, self.num_clusters, num, feats.shape[1], device)
+        bank.update(labels, centroids, concentration, self.num_clusters, parents)
         return stats
 
     def _report(self, runner, epochs_done: int, rate: float | None, extract_s: float,
@@ -250,11 +283,13 @@ class PseudoLabelHook(Hook):
         self._log(runner, stats)
         if self.save_labels:
             saved = {}
-            for level, (assigned, scores, cents) in enumerate(
-                    zip(result.assignments, result.scores, result.centroids)):
+            for level, (assigned, scores, cents, parents) in enumerate(
+                    zip(result.assignments, result.scores, result.centroids, result.parents)):
                 saved[f'assignments_{level}'] = assigned.numpy()
                 saved[f'score_{level}'] = scores.numpy()
                 saved[f'centroids_{level}'] = cents.cpu().numpy()
+                if parents is not None:  # each cluster's cluster at level + 1
+                    saved[f'parents_{level}'] = parents.cpu().numpy()
             self._save(runner, stats, result.labels, true_labels, saved)
         return stats
 
@@ -281,6 +316,7 @@ class PseudoLabelHook(Hook):
         where = f'k-means: {stats["kmeans_backend"]} on {stats["kmeans_device"]}'
         if stats['kmeans_processes'] > 1:
             where += f' (sharded over {stats["kmeans_processes"]} processes)'
+        where += f', {stats["hierarchy"]} levels'
         lines = [f'Clustering round after {stats["epoch"]} epochs: acceptance rate '
                  f'{stats["rate"]:.3f}, {where}, features {stats["seconds_extract"]:.1f}s, '
                  f'k-means {stats["seconds_kmeans"]:.1f}s, confidence '

@@ -8,6 +8,7 @@ per-sample state (IFND's pseudo labels, GloFND's thresholds) flag queued keys as
 batch's views, and the flags are counted against the classes as SimCLR's are.
 """
 import copy
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,7 @@ from ifnd.models.contrastive import ContrastiveAlgorithm
 from ifnd.models.false_negatives import NegativeBatch
 from ifnd.models.split_bn import convert_split_batchnorm, split_batchnorm
 from ifnd.registry import MODELS
-from ifnd.settings import check_number
+from ifnd.settings import check_choice, check_number
 
 
 @torch.no_grad()
@@ -43,10 +44,14 @@ def ring_slots(ptr: torch.Tensor, num: int, length: int) -> torch.Tensor:
 class KeyEncoder:
     """A momentum copy of the query encoder (``momentum_backbone``, ``momentum_neck``), shared by
     MoCo v2 and v3: built from the query's, initialised as it, updated by
-    ``key ← m·key + (1 − m)·query`` and read for clustering (PCL's choice)."""
+    ``key ← m·key + (1 − m)·query`` and read for clustering (PCL's and HCSC's choice;
+    ``cluster_encoder='query'`` clusters the query encoder's features instead)."""
 
-    def _build_key_encoder(self, convert=None) -> None:
-        """The key encoder as copies of ``backbone`` and ``neck`` (through ``convert``), frozen."""
+    def _build_key_encoder(self, convert=None, cluster_encoder: str = 'momentum') -> None:
+        """The key encoder as copies of ``backbone`` and ``neck`` (through ``convert``), frozen;
+        ``cluster_encoder``: which encoder the clustering rounds read."""
+        self.cluster_encoder = check_choice(type(self).__name__, 'cluster_encoder', cluster_encoder,
+                                            ('momentum', 'query'), hint='the encoder whose features are clustered')
         convert = convert or (lambda module: module)
         self.momentum_backbone = convert(copy.deepcopy(self.backbone))
         self.momentum_neck = convert(copy.deepcopy(self.neck))
@@ -67,7 +72,10 @@ class KeyEncoder:
 
     @torch.no_grad()
     def clustering_features(self, inputs: torch.Tensor, feature: str = 'z') -> torch.Tensor:
-        """Features of the momentum encoder (as PCL): embeddings z or backbone features f."""
+        """Features of the momentum encoder (as PCL), or of the query encoder with
+        ``cluster_encoder='query'``: embeddings z or backbone features f."""
+        if self.cluster_encoder == 'query':
+            return super().clustering_features(inputs, feature)
         feats = self.momentum_backbone(inputs)
         if feature == 'f':
             return F.normalize(feats.float(), dim=1)
@@ -94,8 +102,13 @@ class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
     the query cannot cheat through batch statistics, as with several GPUs.
     """
 
+    # Buffers that older checkpoints lack, filled in by _load_from_state_dict (the checkpoint
+    # checks, ifnd.fileio's state_differences, accept their absence).
+    filled_when_missing = ('queue_label',)
+
     def __init__(self, backbone: dict, neck: dict, queue_len: int = 65536, momentum: float = 0.999,
-                 temperature: float = 0.2, bn_splits: int = 8, **kwargs) -> None:
+                 temperature: float = 0.2, bn_splits: int = 8,
+                 cluster_encoder: Literal['momentum', 'query'] = 'momentum', **kwargs) -> None:
         name = type(self).__name__
         queue_len = check_number(name, 'queue_len', queue_len, int, low=1,
                                  hint='the number of queued keys, the negatives')
@@ -114,7 +127,7 @@ class MoCoV2(KeyEncoder, ContrastiveAlgorithm):
         self.bn_splits = bn_splits
         # Split BN only in the key encoder: same parameters and state-dict keys, plain BN unless
         # _shuffled_keys asks for groups.
-        self._build_key_encoder(convert_split_batchnorm)
+        self._build_key_encoder(convert_split_batchnorm, cluster_encoder)
         dim = self.neck.out_dim
         self.register_buffer('queue', F.normalize(torch.randn(queue_len, dim), dim=1))
         # Sample index and class of each key; -1 for the initial random rows (and unknown classes).

@@ -14,6 +14,7 @@ of its own view are no candidates. So every detector (pseudo labels, support vie
 ground truth), treatment and weighting works on it unchanged, with flags ``[L, 2M, 2T]``.
 """
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +53,8 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
     """
 
     def __init__(self, backbone: dict, neck: dict, predictor: dict | None = None,
-                 momentum: float = 0.99, temperature: float = 0.2, **kwargs) -> None:
+                 momentum: float = 0.99, temperature: float = 0.2,
+                 cluster_encoder: Literal['momentum', 'query'] = 'momentum', **kwargs) -> None:
         momentum = check_number(
             type(self).__name__, 'momentum', momentum, low=0, high=1, high_open=True,
             hint="the key encoder's share of its own weights at the first iteration (m0); 1 "
@@ -65,7 +67,7 @@ class MoCoV3(KeyEncoder, ContrastiveAlgorithm):
         self.predictor = MODELS.build(predictor)
         # Plain copies: the keys of a view are one batch, whose BN statistics are their own, as
         # each process's in the paper (SyncBN across processes is the Runner's choice).
-        self._build_key_encoder()
+        self._build_key_encoder(cluster_encoder=cluster_encoder)
         self.momentum = self.base_momentum
         self.max_iters: int | None = None  # set by MomentumScheduleHook before each iteration
         self._batch_norm_backbone = any(isinstance(m, nn.modules.batchnorm._BatchNorm)

@@ -11,20 +11,21 @@
 | IFNDMoCo | MoCoV2 | PseudoLabels | elim | - |
 | DebiasedMoCo / HardNegativeMoCo | MoCoV2 | - | - | debiased / hard |
 | IFNDMoCoV3 | MoCoV3 | PseudoLabels | elim | - |
-| HCSC / HCSCMoCo / HCSCMoCoV3 | SimCLR / MoCoV2 / MoCoV3 | HCSCSelection | elim | - |
+| HCSC / HCSCMoCo / HCSCMoCoV3 | SimCLR / MoCoV2 / MoCoV3 | HCSCSelection (+ ProtoNCE with prototype selection) | elim or zero | - |
 
 Any other combination is written with the base's own parts, e.g. IFND with hard negatives:
 ``dict(type='SimCLR', detector=dict(type='PseudoLabels'), treatment='elim',
 weighting=dict(type='hard', tau_plus=0.1, beta=1.0))``.
 """
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 
 from ifnd.models.contrastive import SimCLR
 from ifnd.models.false_negatives.pseudo_labels import AGREEMENT
-from ifnd.settings import check_number
+from ifnd.models.false_negatives.hcsc import HCSCPrototypes
 from ifnd.models.false_negatives.support_views import check_fnc_options
+from ifnd.settings import check_choice, check_number
 from ifnd.models.losses import check_debiasing, proto_nce_loss
 from ifnd.models.moco import MoCoV2
 from ifnd.models.mocov3 import MoCoV3
@@ -228,9 +229,19 @@ class IFNDMoCoV3(_PseudoLabelPreset, MoCoV3):
 
 
 class _SelectionPreset(_LabelPreset):
-    """HCSC's presets: negatives dropped at random by their prototype similarity, eliminated;
-    the settings of :class:`HCSCSelection` (``selection_temperature``, ``concentration``,
-    ``floor``, ``seed``) are the preset's too."""
+    """HCSC (Guo et al., CVPR 2022): instance selection (:class:`HCSCSelection`: negatives dropped
+    at random by their prototype similarity) and ProtoNCE over each clustering level's prototypes
+    with prototype selection (:class:`HCSCPrototypes`), on PseudoLabelHook's levels (nested:
+    HCSC's hierarchy). The settings of :class:`HCSCSelection` (``selection_temperature``,
+    ``concentration``, ``floor``, ``seed``) are the preset's too.
+
+    Where the authors' code and our reading differ, an option (their values in
+    ``configs/hcsc/hcsc_mocov2_r50_200e_in1k.py``): ``dropped`` (``'removed'``: a dropped negative
+    or prototype leaves the denominator; ``'zeroed'``: it keeps a logit of 0 there, the authors'
+    multiplication by 0), ``level_loss`` (``'mean'`` of the levels' instance losses; ``'sum'``, the
+    authors'). ``prototypes=False``: instance selection alone; ``prototype_selection=False``: every
+    negative prototype kept; ``proto_weight``: the prototype term's weight (the authors': 1).
+    """
 
     detector_type, treatment_default = 'HCSCSelection', 'elim'
 
@@ -238,24 +249,52 @@ class _SelectionPreset(_LabelPreset):
     # reader takes come from the signatures).
     def __init__(self, backbone: dict, neck: dict, selection_temperature: float = 0.2,
                  concentration: bool = True, floor: float = 0.001, seed: int = 0,
-                 **kwargs) -> None:
+                 prototypes: bool = True, prototype_selection: bool = True, proto_weight: float = 1.0,
+                 dropped: Literal['removed', 'zeroed'] = 'removed',
+                 level_loss: Literal['mean', 'sum'] = 'mean', **kwargs) -> None:
+        name = type(self).__name__
+        check_choice(name, 'dropped', dropped, ('removed', 'zeroed'),
+                     hint="'removed': out of the denominator; 'zeroed': logit 0, the authors' code")
+        check_choice(name, 'level_loss', level_loss, ('mean', 'sum'),
+                     hint="of the levels' instance losses; 'sum': the authors' code")
+        if 'treatment' in kwargs:
+            raise ValueError(f"{name}'s dropped= sets its treatment ('removed': elim, 'zeroed': zero); "
+                             'remove treatment=')
+        treatment = 'zero' if dropped == 'zeroed' else 'elim'
         super().__init__(backbone, neck, selection_temperature=selection_temperature,
-                         concentration=concentration, floor=floor, seed=seed, **kwargs)
+                         concentration=concentration, floor=floor, seed=seed, treatment=treatment,
+                         **kwargs)
+        self.uses_prototypes = bool(prototypes)
+        self.proto_weight = check_number(name, 'proto_weight', proto_weight, low=0, low_open=True,
+                                         hint="the prototype term's weight; prototypes=False drops it")
+        self.level_loss = level_loss
+        self.prototype_term = HCSCPrototypes(prototype_selection, dropped == 'zeroed',
+                                             selection_temperature, seed) if prototypes else None
+
+    def negatives_loss(self, batch) -> dict:
+        """The base's step with instance selection, and HCSC's prototype term of its anchors."""
+        losses = super().negatives_loss(batch)
+        if self.level_loss == 'sum' and self.label_bank.any_accepted:  # host-side: no sync
+            losses['loss'] = losses['loss'] * self.label_bank.num_levels
+        if self.prototype_term is not None:
+            losses['loss_proto'] = self.proto_weight * self.prototype_term(
+                self.label_bank, batch.anchors, batch.anchor_index, batch.views, self.detector.epoch)
+        return losses
 
 
 @MODELS.register_module()
 class HCSC(_SelectionPreset, SimCLR):
-    """HCSC's instance selection on the SimCLR base (the authors' is MoCo v2: :class:`HCSCMoCo`)."""
+    """HCSC on the SimCLR base (the authors' is MoCo v2: :class:`HCSCMoCo`)."""
 
 
 @MODELS.register_module()
 class HCSCMoCo(_SelectionPreset, MoCoV2):
-    """HCSC's instance selection on the MoCo v2 base: queue keys dropped at random, as the authors'."""
+    """HCSC on the MoCo v2 base, the authors': queue keys dropped at random, queries' ProtoNCE."""
 
 
 @MODELS.register_module()
 class HCSCMoCoV3(_SelectionPreset, MoCoV3):
-    """HCSC's instance selection on the MoCo v3 base: the batch's keys dropped at random."""
+    """HCSC on the MoCo v3 base: the batch's keys dropped at random, the queries' ProtoNCE."""
 
 
 @MODELS.register_module()

@@ -15,14 +15,19 @@ an anchor once an epoch, so the epoch and its index stand for the step. A candid
 share their u (each is still flagged with its own p); a candidate of unknown index (MoCo's initial
 queue) is keyed by its column.
 
-The levels are PseudoLabelHook's, each clustered from the samples on its own, where HCSC's
-hierarchical k-means clusters each level's centroids into the next; prototype selection and
-HCSC's ProtoNCE term are not part of this detector (docs/methods.md).
+The levels are PseudoLabelHook's: independent (IFND's) or nested (``hierarchy='nested'``, HCSC's
+hierarchical k-means: each level's centroids clustered into the next). HCSC's other half,
+:class:`HCSCPrototypes`, is ProtoNCE over each level's prototypes with prototype selection: a
+negative prototype c of level l is kept for an anchor with the probability that it does not
+belong to the parent P of the anchor's own prototype, 1 − softmax_c'(μ_c^l · μ_c'^{l+1} / φ_c'^{l+1})
+at c' = P, clamped to [0.0001, 0.999] (the authors' clamps), drawn the same counter-based way
+(docs/methods.md).
 """
 from dataclasses import replace
 
 import torch
 
+from ifnd.models.losses import proto_nce_loss
 from ifnd.registry import MODELS
 from ifnd.settings import check_number, check_seed
 
@@ -40,6 +45,10 @@ _GOLDEN = _signed(0x9E3779B97F4A7C15)  # splitmix64's constants
 _MUL1 = _signed(0xBF58476D1CE4E5B9)
 _MUL2 = _signed(0x94D049BB133111EB)
 _SALT_CANDIDATE = _signed(0x5851F42D4C957F2D)  # keeps the candidates' hashes apart from anchors'
+# Keeps the prototype draws apart from the instance draws of the same level.
+_SALT_PROTOTYPES = 1 << 20
+# HCSC's clamps of a negative prototype's keep probability (its sample_neg_protos).
+PROTOTYPE_KEEP_RANGE = (0.0001, 0.999)
 
 
 def _shift(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -168,3 +177,74 @@ class HCSCSelection(LabelBankDetector):
             total = (negatives.sum() * len(prob)).clamp(min=1)
             logged['hcsc_drop_prob'] = (prob * negatives).sum() / total
         return logged
+
+
+def prototype_keep_probability(centroids: torch.Tensor, parent_centroids: torch.Tensor,
+                               parent_concentration: torch.Tensor,
+                               positive_parents: torch.Tensor) -> torch.Tensor:
+    """HCSC's prototype selection at one level: the probability ``[A, K]`` of keeping each of the
+    level's K prototypes as a negative of an anchor whose own prototype's parent is
+    ``positive_parents[a]``: 1 − softmax_c'(μ_c · μ'_c' / φ'_c') at that parent, clamped to
+    ``PROTOTYPE_KEEP_RANGE``."""
+    logits = centroids.float() @ parent_centroids.float().t() / parent_concentration.float().clamp(min=1e-3)
+    member = logits.softmax(dim=1)  # [K, K_parent]
+    return (1 - member[:, positive_parents.clamp(min=0)].t()).clamp(*PROTOTYPE_KEEP_RANGE)
+
+
+class HCSCPrototypes(torch.nn.Module):
+    """HCSC's prototype term: ProtoNCE over each clustering level's prototypes (each logit divided
+    by its prototype's φ), its negative prototypes selected at random by the parent level where the
+    levels are nested.
+
+    ``selection``: prototype selection on (HCSC's) or every negative prototype kept;
+    ``zeroed``: a dropped prototype keeps a logit of 0 in the denominator (HCSC's code) instead of
+    leaving it; ``selection_temperature``: the mean the parent level's φ is rescaled to (HCSC's T);
+    ``seed``: of the draws.
+    """
+
+    def __init__(self, selection: bool = True, zeroed: bool = False, selection_temperature: float = 0.2,
+                 seed: int = 0) -> None:
+        super().__init__()
+        self.selection, self.zeroed = selection, zeroed
+        self.selection_temperature = selection_temperature
+        self.seed = seed
+
+    def kept(self, bank, anchors: torch.Tensor, labels: torch.Tensor, anchor_index: torch.Tensor,
+             views: int, epoch: int) -> list[torch.Tensor | None]:
+        """Per level, the negative prototypes each anchor keeps ``[A, K_l]`` (None: all of them,
+        at the coarsest level and where a level has no parent)."""
+        counts, parents = bank.cluster_counts, bank.parents
+        has_parents = bank.has_parents  # host-side: no sync
+        kept: list[torch.Tensor | None] = []
+        anchors_num = len(anchor_index)
+        view = torch.arange(anchors_num, device=anchors.device) // max(anchors_num // max(views, 1), 1)
+        for level, k in enumerate(counts):
+            upper = level + 1
+            if not self.selection or upper >= len(counts) or not has_parents[level]:
+                kept.append(None)
+                continue
+            k_up = counts[upper]
+            phi = bank.concentration[upper, :k_up].float()
+            phi = self.selection_temperature * phi / phi.mean().clamp(min=1e-12)
+            positive_parents = parents[level, labels[level].clamp(min=0)]
+            probability = prototype_keep_probability(bank.centroids[level, :k], bank.centroids[upper, :k_up],
+                                                     phi, positive_parents)
+            uniforms = pair_uniforms(self.seed, epoch, _SALT_PROTOTYPES + level, anchor_index, view,
+                                     torch.arange(k, device=anchors.device))
+            kept.append(uniforms < probability)
+        return kept
+
+    def forward(self, bank, anchors: torch.Tensor, anchor_index: torch.Tensor, views: int,
+                epoch: int) -> torch.Tensor:
+        """The term for ``anchors`` ``[A, D]`` (samples ``anchor_index``); 0 before the first round."""
+        counts = bank.cluster_counts  # host-side: no sync
+        if not counts or min(counts) == 0 or bank.centroids.numel() == 0:
+            return anchors.new_zeros(())
+        labels = bank.lookup(anchor_index.clamp(min=0))
+        labels = torch.where(anchor_index >= 0, labels, -1)
+        with torch.no_grad():
+            kept = self.kept(bank, anchors.detach(), labels, anchor_index, views, epoch)
+        centroids = [bank.centroids[level, :k] for level, k in enumerate(counts)]
+        concentration = [bank.concentration[level, :k] for level, k in enumerate(counts)]
+        with torch.autocast(anchors.device.type, enabled=False):
+            return proto_nce_loss(anchors.float(), centroids, labels, concentration, kept, self.zeroed)

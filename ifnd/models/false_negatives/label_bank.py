@@ -12,8 +12,14 @@ class PseudoLabelBank(PerSampleState):
 
     Unaccepted samples carry the unique label ``-(index + 1)``, which never equals a cluster id.
     PCL also keeps each level's centroids and concentrations, padded to the largest k by the
-    clustering round.
+    clustering round, and ``parents`` ``[levels, k_max]``: each cluster's cluster at the next level
+    where the levels are nested (HCSC's hierarchy), -1 where a level has none (the coarsest nested
+    level, every independent one) and in the padding.
     """
+
+    # Buffers that older checkpoints lack, filled in by _load_from_state_dict (the checkpoint
+    # checks, ifnd.fileio's state_differences, accept their absence).
+    filled_when_missing = ('parents',)
 
     def __init__(self) -> None:
         super().__init__()
@@ -21,14 +27,26 @@ class PseudoLabelBank(PerSampleState):
         self.register_buffer('num_clusters', torch.empty(0, dtype=torch.long))
         self.register_buffer('centroids', torch.empty(0, 0, 0))
         self.register_buffer('concentration', torch.empty(0, 0))
+        self.register_buffer('parents', torch.empty(0, 0, dtype=torch.long))
         # Host-side copies, refreshed whenever the buffers change (once per clustering round), so
         # the training step reads them without a device sync.
         self.any_accepted = False
         self.cluster_counts: list[int] = []
+        self.has_parents: list[bool] = []  # per level: whether its clusters have parents
 
     def _refresh_host_state(self) -> None:
         self.any_accepted = bool((self.labels >= 0).any()) if self.labels.numel() else False
         self.cluster_counts = self.num_clusters.tolist()
+        self.has_parents = (self.parents >= 0).any(dim=1).tolist() if self.parents.numel() \
+            else [False] * self.num_levels
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checkpoints from before the parent maps: no level has parents, one row per level of the
+        # concentrations' width.
+        if prefix + 'parents' not in state_dict:
+            stored = state_dict.get(prefix + 'concentration', self.concentration)
+            state_dict[prefix + 'parents'] = torch.full(stored.shape, -1, dtype=torch.long)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def num_levels(self) -> int:
@@ -47,18 +65,27 @@ class PseudoLabelBank(PerSampleState):
         self.num_clusters = torch.zeros(num_levels, dtype=torch.long, device=self.labels.device)
         self.centroids = torch.empty(0, 0, 0, device=self.labels.device)
         self.concentration = torch.empty(0, 0, device=self.labels.device)
+        self.parents = torch.empty(0, 0, dtype=torch.long, device=self.labels.device)
         self._refresh_host_state()
 
     def update(self, labels: torch.Tensor, centroids: torch.Tensor | None = None,
                concentration: torch.Tensor | None = None,
-               num_clusters: Sequence[int] | None = None) -> None:
+               num_clusters: Sequence[int] | None = None,
+               parents: torch.Tensor | None = None) -> None:
         """Replace the labels ``[levels, N]`` (and, for PCL, the centroids and concentrations).
 
-        ``centroids`` ``[levels, k_max, D]`` and ``concentration`` ``[levels, k_max]`` come padded
-        to the largest k, as the clustering round hands them out (``ifnd.clustering.pad_levels``);
-        ``num_clusters``: each level's k.
+        ``centroids`` ``[levels, k_max, D]``, ``concentration`` and ``parents`` ``[levels, k_max]``
+        come padded to the largest k, as the clustering round hands them out
+        (``ifnd.clustering.pad_levels``, ``pad_parents``); ``num_clusters``: each level's k;
+        ``parents`` None: no level has parents.
         """
         device = self.labels.device
+        if centroids is None and parents is not None:
+            raise ValueError('PseudoLabelBank.update needs the centroids with the parents')
+        if parents is not None and parents.shape != centroids.shape[:2]:
+            raise ValueError(f'PseudoLabelBank.update: parents must be [levels, k_max] = '
+                             f'{list(centroids.shape[:2])} as the centroids, got '
+                             f'{list(parents.shape)}')
         self.labels = labels.to(device=device, dtype=torch.long).clone()
         if centroids is not None:
             if num_clusters is None:
@@ -69,6 +96,8 @@ class PseudoLabelBank(PerSampleState):
             self.concentration = torch.ones(centroids.shape[:2], device=device) \
                 if concentration is None else concentration.to(device, dtype, copy=True)
             self.num_clusters = torch.tensor(list(num_clusters), dtype=torch.long, device=device)
+            self.parents = torch.full(centroids.shape[:2], -1, dtype=torch.long, device=device) \
+                if parents is None else parents.to(device, torch.long, copy=True)
         self._refresh_host_state()
 
     def lookup(self, index: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,9 @@ Treatments of the candidates a detector flags (IFND's Eq. ``eq:elimination`` and
 ``eq:attraction``):
 
 * ``'elim'`` -- flagged candidates leave the denominator;
-* ``'attr'`` -- flagged candidates join the positives (the denominator keeps every candidate).
+* ``'attr'`` -- flagged candidates join the positives (the denominator keeps every candidate);
+* ``'zero'`` -- flagged candidates' logits are set to 0 (HCSC's code, which multiplies a dropped
+  negative's logit by 0: it still adds e^0 to the denominator).
 
 Weightings of the negatives left in the denominator, registered parts built from
 ``weighting=dict(type=...)``:
@@ -132,6 +134,10 @@ def check_parts(detector: dict | None, treatment: str | None, weighting: dict | 
         raise ValueError(f"weighting {weighting.get('type')!r} estimates the negatives' term for "
                          "one positive; attraction gives an anchor several: use treatment='elim' "
                          'with it, or drop the weighting')
+    if treatment == 'zero' and weighting is not None:
+        raise ValueError(f"weighting {weighting.get('type')!r} weighs the negatives left after "
+                         "elimination; treatment='zero' leaves the flagged ones in with logit 0: use "
+                         "treatment='elim' with it, or drop the weighting")
 
 
 def flagged_loss(logits: Tensor, positive_index: Tensor, excluded: Tensor | None,

@@ -10,14 +10,16 @@ from torch import Tensor
 from ifnd.settings import check_temperature
 
 
-TREATMENTS = ('elim', 'attr')  # of the flagged false negatives; None: not treated (instance loss)
+# Of the flagged false negatives; None: not treated (instance loss). 'zero' is HCSC's code: a dropped
+# negative's logit multiplied by 0, so it still adds e^0 to the denominator.
+TREATMENTS = ('elim', 'attr', 'zero')
 
 
 def check_treatment(treatment: Optional[str], owner: str = 'the model') -> None:
     """Refuse a treatment other than ``None``, ``'elim'`` and ``'attr'``, naming the fix."""
     if treatment is not None and (not isinstance(treatment, str) or treatment not in TREATMENTS):
-        raise ValueError(f'{owner}: treatment must be None or one of {TREATMENTS} (elimination or '
-                         f'attraction of the flagged false negatives), got {treatment!r}')
+        raise ValueError(f'{owner}: treatment must be None or one of {TREATMENTS} (elimination, '
+                         f'attraction or zeroed logits of the flagged false negatives), got {treatment!r}')
 
 
 def label_levels(labels: Optional[Tensor], length: int, name: str) -> Optional[Tensor]:
@@ -84,8 +86,9 @@ def masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor
             -inf once; None: none.
         flagged: the false negatives per level ``[L, A, C]``, edited in place (callers pass a
             fresh mask); None: none.
-        treatment: ``None`` (instance loss), ``'elim'`` (flagged leave the denominator) or
-            ``'attr'`` (flagged join the positives).
+        treatment: ``None`` (instance loss), ``'elim'`` (flagged leave the denominator),
+            ``'attr'`` (flagged join the positives) or ``'zero'`` (flagged logits set to 0, HCSC's
+            code: each still adds e^0 to the denominator, with no gradient).
         all_levels_if: a 0-d bool tensor; where it is False, level 0 alone is returned (chosen on
             the device, no host sync).
     """
@@ -95,10 +98,14 @@ def masked_nce(logits: Tensor, positive_index: Tensor, excluded: Optional[Tensor
         return torch.logsumexp(base, dim=1) - logits.gather(1, pos_column).squeeze(1)
     levels = flagged.shape[0]
     level_pos = pos_column.unsqueeze(0).expand(levels, -1, -1)
-    if treatment == 'elim':
-        # Eq. eq:elimination: flagged candidates leave the denominator, the own positive stays.
+    if treatment in ('elim', 'zero'):
+        # Eq. eq:elimination: flagged candidates leave the denominator, the own positive stays;
+        # 'zero' keeps them there with logit 0 (never an excluded column).
         flagged.scatter_(2, level_pos, False)
-        per_level = torch.logsumexp(base.unsqueeze(0).masked_fill(flagged, float('-inf')), dim=2)
+        if treatment == 'zero' and excluded is not None:
+            flagged.masked_fill_(excluded.unsqueeze(0), False)
+        dropped = float('-inf') if treatment == 'elim' else 0.0
+        per_level = torch.logsumexp(base.unsqueeze(0).masked_fill(flagged, dropped), dim=2)
         subtract = logits.gather(1, pos_column).squeeze(1)
     else:
         # 'attr', Eq. eq:attraction: flagged candidates join the positives; S(i) is unchanged.
