@@ -76,7 +76,7 @@ def summarise(runs: list[dict]) -> dict:
 def _pm(stat: dict, sign: str = '') -> str:
     if not stat['n']:
         return '—'
-    return f"{stat['mean']:{sign}.1f}" + ('' if math.isnan(stat['sd']) else f" ± {stat['sd']:.1f}")
+    return number(stat['mean'], sign) + ('' if math.isnan(stat['sd']) else f" ± {stat['sd']:.1f}")
 
 
 def _pair(precision: dict, recall: dict) -> str:
