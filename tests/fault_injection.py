@@ -42,21 +42,24 @@ class FaultInjectionHook(Hook):
 
 if POINT == 'clustering':
     real_round = pseudo_label_hook.PseudoLabelHook.run_round
-    real_kmeans = clustering_round.multi_level_kmeans
+    real_hierarchies = dict(clustering_round.HIERARCHIES)
     current_round = {}
 
     def run_round_noting_epoch(self, runner, epochs_done: int, *args, **kwargs):
         current_round['epoch'] = epochs_done
         return real_round(self, runner, epochs_done, *args, **kwargs)
 
-    def kmeans_then_die(*args, **kwargs):
-        results = real_kmeans(*args, **kwargs)
-        if current_round.get('epoch') == int(WHEN):
-            die()  # features extracted and clustered, labels not yet in the bank
-        return results
+    def then_die(cluster):
+        def cluster_then_die(*args, **kwargs):
+            results = cluster(*args, **kwargs)
+            if current_round.get('epoch') == int(WHEN):
+                die()  # features extracted and clustered, labels not yet in the bank
+            return results
+        return cluster_then_die
 
     pseudo_label_hook.PseudoLabelHook.run_round = run_round_noting_epoch
-    clustering_round.multi_level_kmeans = kmeans_then_die
+    clustering_round.HIERARCHIES.update(
+        {name: then_die(cluster) for name, cluster in real_hierarchies.items()})
 
 if POINT == 'checkpoint_write':
     real_put = AtomicLocalBackend.put

@@ -386,7 +386,8 @@ def test_resume_with_other_cluster_numbers_clusters_again(tmp_path):
     _next_second()
     train_tool.main([path, '--resume', '--cfg-options', 'custom_hooks.0.num_clusters=[12]'])
     log = ''.join(p.read_text() for p in run.glob('*/*.log'))
-    assert "pseudo labels (k=[10], 136 samples) do not match this run (num_clusters=[12]" in log
+    assert ("pseudo labels (k=[10], independent, 136 samples) do not match this run "
+            "(num_clusters=[12], hierarchy='independent'") in log
     assert np.load(run / 'pseudo_labels' / 'epoch_0001.npz')['num_clusters'].tolist() == [12]
     state = torch.load(run / 'epoch_2.pth', weights_only=False)['state_dict']
     assert state['label_bank.num_clusters'].tolist() == [12]

@@ -322,10 +322,11 @@ def test_false_negatives_dry_run_commands(capsys):
                                             '--seeds', '0', '7', '--linear-epochs', '5'])
     assert result == {}
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith('$ ')]
-    methods = 16
+    methods = 17
     assert len(commands) == 2 * methods * 2
     pretrain, linear = commands[0::2], commands[1::2]
-    configs = ('simclr/simclr_r18', 'nnclr/nnclr_r18', 'ifnd/ifnd_r18', 'ifnd/supcon_r18', 'ifnd/oracle_elim_r18',
+    configs = ('simclr/simclr_r18', 'nnclr/nnclr_r18', 'ifnd/ifnd_r18', 'ifnd/ifnd_nested_r18',
+               'ifnd/supcon_r18', 'ifnd/oracle_elim_r18',
                'debiased/debiased_r18', 'hard_negative/hard_negative_r18', 'fnc/fnc_elim_r18',
                'fnc/fnc_attr_r18', 'ifnd/ifnd_hard_r18', 'glofnd/glofnd_r18',
                'glofnd/glofnd_hard_r18', 'ifnd/oracle_elim_linear_r18', 'ifnd/ifnd_confident_r18',
@@ -621,6 +622,10 @@ def test_detection_over_training_weights_each_round_by_the_epochs_it_labels():
     got = bench.detection_over_training(rounds, 4)
     assert got['false_negatives_eliminated'] == pytest.approx((0 + 30 + 30 + 50) / 4)
     assert got['true_negatives_eliminated'] == pytest.approx((0 + 6 + 6 + 12) / 4)
+    # A warm-up: the first round after epoch 3, so epochs 1-3 eliminate nothing.
+    got = bench.detection_over_training(rounds[2:], 4)
+    assert got['false_negatives_eliminated'] == pytest.approx((0 + 0 + 0 + 50) / 4)
+    assert got['true_negatives_eliminated'] == pytest.approx((0 + 0 + 0 + 12) / 4)
 
 
 def test_flagged_negatives_are_read_per_epoch_and_tabled(tmp_path):

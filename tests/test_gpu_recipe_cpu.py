@@ -237,9 +237,10 @@ def _tensors(out) -> list[torch.Tensor]:
 
 
 def _spy(monkeypatch, owner, name: str, seen: dict) -> None:
-    """Run ``owner.name`` under :class:`FloatInputs`, adding what its ops read to ``seen``, and
-    its output's dtype as ``'output'``."""
-    original = getattr(owner, name)
+    """Run ``owner.name`` (or ``owner[name]`` for a table) under :class:`FloatInputs`, adding what
+    its ops read to ``seen``, and its output's dtype as ``'output'``."""
+    table = isinstance(owner, dict)
+    original = owner[name] if table else getattr(owner, name)
 
     def spied(*args, **kwargs):
         with FloatInputs() as ops:
@@ -251,7 +252,10 @@ def _spy(monkeypatch, owner, name: str, seen: dict) -> None:
                 seen['output'].add(x.dtype)
         return out
 
-    monkeypatch.setattr(owner, name, spied)
+    if table:
+        monkeypatch.setitem(owner, name, spied)
+    else:
+        monkeypatch.setattr(owner, name, spied)
 
 
 def _low_precision(seen: dict) -> dict:
@@ -328,7 +332,7 @@ def test_bf16_recipe_clusters_and_scores_in_float32(tmp_path, monkeypatch):
     monkeypatch.setattr(features, '_autocast', lambda device, enabled: torch.autocast(
         'cpu', dtype=torch.bfloat16, enabled=enabled))
     kmeans, kappa = defaultdict(set), defaultdict(set)
-    _spy(monkeypatch, clustering_round, 'multi_level_kmeans', kmeans)
+    _spy(monkeypatch, clustering_round.HIERARCHIES, 'independent', kmeans)
     _spy(monkeypatch, clustering_round, 'confidence', kappa)
     cfg = _config(str(tmp_path), 'IFNDMoCo', max_epochs=1)
     cfg.model.backbone = BACKBONE  # uncompiled, as in the step test above

@@ -15,7 +15,8 @@ def _load(name):
     return importlib.import_module(f'benchmarks.{name}')
 
 
-VIT_METHODS = ('simclr', 'mocov3', 'ifnd', 'ifnd_mocov3', 'supcon', 'oracle_elim_linear', 'hcsc')
+VIT_METHODS = ('simclr', 'mocov3', 'ifnd', 'ifnd_nested', 'ifnd_mocov3', 'supcon', 'oracle_elim_linear',
+               'hcsc')
 
 
 def test_false_negatives_vit_protocol_commands(capsys):
@@ -35,7 +36,7 @@ def test_false_negatives_vit_protocol_commands(capsys):
         assert f' {bench.METHODS[method].config("fmnist_vit")} ' in line
         assert '_vit-tiny-p4_200e_fmnist.py' in line and f'randomness.seed={seed} ' in line
         assert budget <= set(line.split()) and 'model.backbone.channels' not in line
-    assert 'custom_hooks.0.acceptance.step_epoch=1' in pretrain[VIT_METHODS.index('hcsc')]
+    assert 'custom_hooks.0.warmup_epochs=1' in pretrain[VIT_METHODS.index('hcsc')]
     for line in linear:
         assert 'linear_vit-tiny-p4_100e_fmnist.py' in line
         assert {'model.backbone.embed_dim=96', 'model.backbone.depth=4'} <= set(line.split())

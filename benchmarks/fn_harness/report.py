@@ -223,9 +223,6 @@ def _plot_top1(ax, result: dict, colours: dict) -> None:
     ax.set(xlabel='epoch', ylabel='kNN top-1 (%)',
            title=f"kNN top-1, mean ± sd over {len(result['settings']['seeds'])} seed(s)")
     ax.grid(alpha=0.3)
-    low, high = ax.get_ylim()
-    ax.set_ylim(low, high + 0.3 * (high - low))  # room above the curves for the legend
-    ax.legend(loc='upper left', ncol=2, fontsize=8)
 
 
 def _plot_rounds(axes, ifnd: list[dict]) -> None:
@@ -256,11 +253,12 @@ def _plot_flagged(ax, runs: list[dict], flaggers: list[str], colours: dict) -> N
                          if r['method'] == m and r.get('flagged')]
             epochs = sorted(set.intersection(*(set(h) for h in histories)))
             values = np.array([[h[e] for e in epochs] for h in histories])
-            ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3, color=colours[m],
-                    label=f"{METHODS[m].title} {key.split('_')[-1]}")
+            ax.plot(epochs, np.nanmean(values, 0), style, marker='o', ms=3, color=colours[m])
     ax.set(xlabel='epoch', ylabel='%', ylim=(0, 102),
            title='negatives flagged as false: precision, recall')
     ax.grid(alpha=0.3)
+    ax.plot([], [], 'k-', label='precision')  # the line styles' key; colours: the figure's legend
+    ax.plot([], [], 'k--', label='recall')
     ax.legend(fontsize=8)
 
 
@@ -274,14 +272,22 @@ def plot(result: dict, path: str) -> None:
     flaggers = [m for m, method in METHODS.items()
                 if method.flags and any(r['method'] == m and r.get('flagged') for r in runs)]
     panels = 1 + 2 * bool(ifnd) + bool(flaggers)
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2), squeeze=False)
+    shown = [m for m in METHODS if any(r['method'] == m for r in runs)]
+    columns = min(len(shown), 2 * panels)
+    legend_rows = -(-len(shown) // columns)
+    # The methods' colours in one legend under the panels, however many methods ran.
+    height = 4.2 + 0.22 * legend_rows + 0.2
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, height), squeeze=False)
     colours = _method_colours()
+    fig.legend([plt.Line2D([], [], color=colours[m], marker='o', ms=3) for m in shown],
+               [METHODS[m].title for m in shown], loc='lower center', ncol=columns, fontsize=8,
+               frameon=False)
     _plot_top1(axes[0, 0], result, colours)
     if ifnd:
         _plot_rounds(axes[0, 1:3], ifnd)
     if flaggers:
         _plot_flagged(axes[0, panels - 1], runs, flaggers, colours)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, (0.22 * legend_rows + 0.2) / height, 1, 1))
     folder = osp.dirname(osp.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -115,13 +115,15 @@ def detection_over_training(rounds: list[dict], epochs: int) -> dict:
 
     The loss averages its levels, and epoch e trains on the labels of the last round before it,
     so these are the shares of the oracle's eliminations made (MTPR) and of true negatives
-    eliminated wrongly (100 - MTNR) in the loss terms of the whole run.
+    eliminated wrongly (100 - MTNR) in the loss terms of the whole run; the epochs before the
+    first round (a warm-up) eliminate nothing.
     """
     ordered = sorted(rounds, key=lambda r: r['epoch'])
     mtpr, wrong = [], []
     for epoch in range(1, epochs + 1):
-        used = [r for r in ordered if r['epoch'] < epoch][-1]
-        mtpr.append(np.mean([lv.get('mtpr', math.nan) for lv in used['levels']]))
-        wrong.append(np.mean([100.0 - lv.get('mtnr', math.nan) for lv in used['levels']]))
+        earlier = [r for r in ordered if r['epoch'] < epoch]
+        levels = earlier[-1]['levels'] if earlier else [{'mtpr': 0.0, 'mtnr': 100.0}]
+        mtpr.append(np.mean([lv.get('mtpr', math.nan) for lv in levels]))
+        wrong.append(np.mean([100.0 - lv.get('mtnr', math.nan) for lv in levels]))
     return {'false_negatives_eliminated': float(np.mean(mtpr)),
             'true_negatives_eliminated': float(np.mean(wrong))}
