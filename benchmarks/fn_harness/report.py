@@ -276,7 +276,8 @@ def plot(result: dict, path: str) -> None:
     columns = min(len(shown), 2 * panels)
     legend_rows = -(-len(shown) // columns)
     # The methods' colours in one legend under the panels, however many methods ran.
-    height = 4.2 + 0.22 * legend_rows + 0.2
+    legend_height = 0.22 * legend_rows + 0.2
+    height = 4.2 + legend_height
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, height), squeeze=False)
     colours = _method_colours()
     fig.legend([plt.Line2D([], [], color=colours[m], marker='o', ms=3) for m in shown],
@@ -287,7 +288,7 @@ def plot(result: dict, path: str) -> None:
         _plot_rounds(axes[0, 1:3], ifnd)
     if flaggers:
         _plot_flagged(axes[0, panels - 1], runs, flaggers, colours)
-    fig.tight_layout(rect=(0, (0.22 * legend_rows + 0.2) / height, 1, 1))
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1))
     folder = osp.dirname(osp.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fig.savefig(path, dpi=110)
