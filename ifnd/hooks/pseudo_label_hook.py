@@ -216,10 +216,8 @@ class PseudoLabelHook(Hook):
 
     def _round_due(self, epochs_done: int) -> bool:
         """Whether a round follows ``epochs_done`` epochs: the warm-up's end, then every interval."""
-        if epochs_done < self.warmup_epochs:
-            return False
-        return (epochs_done - self.warmup_epochs) % self.interval == 0 if self.warmup_epochs \
-            else epochs_done % self.interval == 0
+        return epochs_done >= self.warmup_epochs and \
+            (epochs_done - self.warmup_epochs) % self.interval == 0
 
     def _plan(self, device: torch.device) -> tuple[str, bool]:
         """The round's k-means backend and whether it runs sharded over the processes."""
