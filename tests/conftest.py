@@ -26,20 +26,7 @@ def fashion_mnist() -> str:
 
 @pytest.fixture(autouse=True)
 def _own_mmengine_instances():
-    """Each test's mmengine loggers, visualisers and message hubs are dropped at its end.
-
-    mmengine keeps one of each per experiment name (the config's name and the second the run
-    started) for the whole process: a run starting within the same second as an earlier test's,
-    from a config of the same name, would log into that test's files and captured output.
-    """
-    from mmengine.logging import MessageHub, MMLogger
-    from mmengine.visualization import Visualizer
-
-    kinds = (MMLogger, Visualizer, MessageHub)
-    before = {kind: set(kind._instance_dict) for kind in kinds}
-    yield
-    for kind in kinds:
-        for name in set(kind._instance_dict) - before[kind]:
-            instance = kind._instance_dict.pop(name)
-            for handler in getattr(instance, 'handlers', []):
-                handler.close()  # the log file's descriptor
+    """Each test's mmengine loggers, visualisers and message hubs are dropped at its end."""
+    from helpers import own_mmengine_instances
+    with own_mmengine_instances():
+        yield

@@ -1,10 +1,16 @@
 """Tiny configs on scikit-learn's digits for real, short Runner runs."""
+import contextlib
 import copy
+import io
 import os
 import os.path as osp
 import re
+import runpy
 import socket
+import subprocess
 import sys
+import traceback
+import warnings
 
 import torch
 from mmengine.config import Config
@@ -18,6 +24,86 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
+
+
+# Imported once by the server that forks each test's ranks: a rank then starts in a fraction of a
+# second instead of importing torch, mmengine and ifnd again (seconds each on two cores).
+RANK_PRELOAD = ['torch', 'torch.distributed', 'mmengine.runner', 'ifnd.models', 'ifnd.hooks',
+                'ifnd.clustering', 'pytest']
+
+
+def run_ranks(worker, args: tuple, nprocs: int = 2) -> None:
+    """Run ``worker(rank, *args)`` in ``nprocs`` new processes and wait for them all."""
+    import multiprocessing
+
+    import torch.multiprocessing as mp
+    multiprocessing.set_forkserver_preload(RANK_PRELOAD)  # read when the server first starts
+    mp.start_processes(worker, args=args, nprocs=nprocs, join=True, start_method='forkserver')
+
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def own_mmengine_instances():
+    """mmengine's loggers, visualisers and message hubs made inside are dropped at the end.
+
+    mmengine keeps one of each per experiment name (the config's name and the second the run
+    started) for the whole process: a run starting within the same second as an earlier one, from
+    a config of the same name, would log into that run's files and captured output.
+    """
+    from mmengine.logging import MessageHub, MMLogger
+    from mmengine.visualization import Visualizer
+
+    kinds = (MMLogger, Visualizer, MessageHub)
+    before = {kind: set(kind._instance_dict) for kind in kinds}
+    try:
+        yield
+    finally:
+        for kind in kinds:
+            for name in set(kind._instance_dict) - before[kind]:
+                instance = kind._instance_dict.pop(name)
+                for handler in getattr(instance, 'handlers', []):
+                    handler.close()  # the log file's descriptor
+
+
+def run_script(script: str, *args: str, cwd: str = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run a Python script as its command line would, in this process (no new interpreter to start).
+
+    What a separate process would show is kept: ``sys.argv``, the folder, the environment, the exit
+    code (an uncaught exception prints its traceback and gives 1) and everything written to stdout
+    and stderr, warnings included, each shown again however often it fired before.
+    """
+    path = osp.join(REPO, script)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    saved = dict(argv=sys.argv, environ=dict(os.environ), deterministic=torch.are_deterministic_algorithms_enabled(),
+                 threads=torch.get_num_threads())
+    argv = [path, *map(str, args)]
+    sys.argv = list(argv)
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        with own_mmengine_instances(), contextlib.chdir(cwd), warnings.catch_warnings(), \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.simplefilter('default')
+            try:
+                runpy.run_path(path, run_name='__main__')
+            except SystemExit as exit_:
+                if isinstance(exit_.code, str):
+                    print(exit_.code, file=sys.stderr)
+                code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+            except Exception:  # what the interpreter prints for an uncaught exception
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = saved['argv']
+        os.environ.clear()
+        os.environ.update(saved['environ'])
+        torch.use_deterministic_algorithms(saved['deterministic'])
+        torch.set_num_threads(saved['threads'])
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 TINY_BACKBONE = dict(type='TimmBackbone', model_name='resnet18', cifar_stem=True,

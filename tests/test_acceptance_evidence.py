@@ -4,13 +4,11 @@ import json
 import os
 import os.path as osp
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from helpers import digits_config
+from helpers import digits_config, run_script
 
 from ifnd.clustering import (ConfidentAcceptance, StableAcceptance, build_acceptance,
                              match_clusters)
@@ -201,10 +199,7 @@ def _config(tmp_path, name: str, model: dict, pseudo_labels: dict, epochs: int =
 
 
 def _train(config: str, work_dir, *extra: str) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS='1')
-    done = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'train.py'), config, '--work-dir',
-                           str(work_dir), *extra], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = run_script('tools/train.py', config, '--work-dir', work_dir, *extra)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 

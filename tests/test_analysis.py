@@ -5,7 +5,6 @@ import json
 import math
 import os.path as osp
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import (adjusted_mutual_info_score, adjusted_rand_score,
                              normalized_mutual_info_score)
 
-from helpers import TINY_NECK, digits_config
+from helpers import TINY_NECK, digits_config, run_script
 from ifnd.datasets import Digits
 from ifnd.evaluation import cluster_quality_table, nmi_curve, read_round, tsne_embedding
 from ifnd.evaluation.analysis import (analysis_dataset, load_feature_model, match_clusters_to_classes,
@@ -190,8 +189,7 @@ def tiny_run(tmp_path_factory):
 
 
 def _tool(name: str, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, osp.join(TOOLS, f'{name}.py'), *map(str, args)]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = run_script(osp.join(TOOLS, f'{name}.py'), *args)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done
 

@@ -5,8 +5,7 @@ import types
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK, end_gloo_worker, free_port
+from helpers import TINY_BACKBONE, TINY_NECK, end_gloo_worker, free_port, run_ranks
 from mmengine.config import Config
 from mmengine.hooks import CheckpointHook
 from mmengine.registry import init_default_scope
@@ -54,7 +53,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
 
 def test_two_processes_end_with_the_mean_bn_statistics_and_other_buffers_untouched(tmp_path):
-    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    run_ranks(_worker, (free_port(), str(tmp_path)), WORLD_SIZE)
     ranks = [torch.load(tmp_path / f'rank{r}.pt', weights_only=True) for r in range(WORLD_SIZE)]
     averaged = [k for k in ranks[0]['before'] if k.endswith(('running_mean', 'running_var'))
                 and not k.startswith('backbone.model.bn1.')]

@@ -5,13 +5,12 @@ import math
 import os
 import os.path as osp
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 import yaml
-from helpers import TINY_BACKBONE, digits_config, load_tool
+from helpers import TINY_BACKBONE, digits_config, load_tool, run_script
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -128,13 +127,6 @@ def test_in_process_readers_never_run_the_payload(planted, tiny, name, tmp_path,
     assert not osp.exists(marker), f'{name}: a reader ran the payload'
 
 
-def _tool(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
-               OMP_NUM_THREADS='1')
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
 def _one_line_error(out, *fragments) -> None:
     assert out.returncode != 0 and 'Traceback' not in out.stderr, out.stderr[-3000:]
     last = out.stderr.strip().splitlines()[-1]
@@ -147,25 +139,25 @@ def test_tools_never_run_the_payload(planted, tmp_path, tool):
     files, marker = planted
     text, backbone_file = files['text, first line'], files["backbone file, meta['model']"]
     if tool == 'knn_eval':
-        _one_line_error(_tool('tools/knn_eval.py', text, '--device', 'cpu'),
+        _one_line_error(run_script('tools/knn_eval.py', text, '--device', 'cpu'),
                         'Give the data with --config FILE', '--dataset')
     elif tool == 'extract_backbone':
         for i, path in enumerate((text, backbone_file, files['text, _base_ file'])):
-            out = _tool(f'tools/{tool}.py', path, str(tmp_path / f'out_{i}.pth'))
+            out = run_script(f'tools/{tool}.py', path, str(tmp_path / f'out_{i}.pth'))
             assert out.returncode == 0, out.stderr[-3000:]
             assert osp.isfile(tmp_path / f'out_{i}.pth')
     elif tool == 'convert_to_detectron2':  # the backbone is read; its CIFAR stem has no counterpart
         for path in (text, backbone_file):
-            _one_line_error(_tool(f'tools/{tool}.py', path, str(tmp_path / 'out.pkl')),
+            _one_line_error(run_script(f'tools/{tool}.py', path, str(tmp_path / 'out.pkl')),
                             'error: ', 'no detectron2 counterpart')
     elif tool == 'cluster_table':
-        _one_line_error(_tool('tools/analysis/cluster_table.py', text, '--device', 'cpu'),
+        _one_line_error(run_script('tools/analysis/cluster_table.py', text, '--device', 'cpu'),
                         '--config')
     elif tool == 'plot_embeddings':
-        _one_line_error(_tool('tools/analysis/plot_embeddings.py', text, '--out',
+        _one_line_error(run_script('tools/analysis/plot_embeddings.py', text, '--out',
                               str(tmp_path / 'map.png'), '--device', 'cpu'), '--config')
     else:
-        _one_line_error(_tool('tools/publish_model.py', text, '--name', 'planted', '--reproduce', '-',
+        _one_line_error(run_script('tools/publish_model.py', text, '--name', 'planted', '--reproduce', '-',
                               '--out-dir', str(tmp_path / 'files'), '--index',
                               str(tmp_path / 'models.yaml')), 'carries no usable training config')
         assert not (tmp_path / 'files').exists()
@@ -174,7 +166,7 @@ def test_tools_never_run_the_payload(planted, tmp_path, tool):
 
 def test_published_file_carries_the_config_as_data(planted, tmp_path):
     files, marker = planted
-    out = _tool('tools/publish_model.py', files['text, _base_ file'], '--name', 'planted',
+    out = run_script('tools/publish_model.py', files['text, _base_ file'], '--name', 'planted',
                 '--reproduce', '-', '--out-dir', str(tmp_path / 'files'), '--index',
                 str(tmp_path / 'models.yaml'))
     assert out.returncode == 0, out.stderr[-3000:]

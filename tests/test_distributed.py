@@ -7,8 +7,7 @@ import types
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK, end_gloo_worker, free_port
+from helpers import TINY_BACKBONE, TINY_NECK, end_gloo_worker, free_port, run_ranks
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
@@ -113,7 +112,7 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
                                         'HardNegativeCL', 'FNC', 'IFND+compiled', 'MoCoV3',
                                         'IFNDMoCoV3', 'NNCLR', 'NNCLR-IFND'])
 def test_two_processes_match_one(tmp_path, model_type):
-    mp.spawn(_worker, args=(free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    run_ranks(_worker, (free_port(), model_type, str(tmp_path)), WORLD_SIZE)
     got = torch.load(tmp_path / 'dist.pt', weights_only=True)
 
     model = _build(model_type.partition('+')[0])  # one process, uncompiled

@@ -6,9 +6,8 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
-from helpers import TINY_BACKBONE, TINY_NECK, digits_config, end_gloo_worker, free_port
+from helpers import TINY_BACKBONE, TINY_NECK, digits_config, end_gloo_worker, free_port, run_ranks
 from mmengine.registry import init_default_scope
 from test_distributed import GLOBAL_BATCH, WORLD_SIZE
 
@@ -234,7 +233,7 @@ def _dist_worker(rank: int, port: int, out_dir: str) -> None:
 
 
 def test_two_processes_learn_the_thresholds_of_one(tmp_path):
-    mp.spawn(_dist_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    run_ranks(_dist_worker, (free_port(), str(tmp_path)), WORLD_SIZE)
     ranks = [torch.load(tmp_path / f'rank{rank}.pt', weights_only=True)
              for rank in range(WORLD_SIZE)]
     model = _dist_model()

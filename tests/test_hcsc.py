@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
-from helpers import digits_config, end_gloo_worker, free_port
+from helpers import digits_config, end_gloo_worker, free_port, run_ranks
 from mmengine.registry import init_default_scope
 from test_distributed import DIGITS, EVAL_VIEW, GLOBAL_BATCH, WORLD_SIZE, _batch, _build
 
@@ -219,7 +218,7 @@ def _worker(rank: int, port: int, model_type: str, out_dir: str) -> None:
 
 @pytest.mark.parametrize('model_type', ['HCSC', 'HCSCMoCo'])
 def test_two_processes_flag_as_one(tmp_path, model_type):
-    mp.spawn(_worker, args=(free_port(), model_type, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    run_ranks(_worker, (free_port(), model_type, str(tmp_path)), WORLD_SIZE)
     got = torch.load(tmp_path / 'dist.pt', weights_only=True)
     model = _build(model_type)
     _round(model, str(tmp_path))

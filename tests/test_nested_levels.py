@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK, digits_config, end_gloo_worker, free_port, train_error
+from helpers import TINY_BACKBONE, TINY_NECK, digits_config, end_gloo_worker, free_port, run_ranks, train_error
 from mmengine.registry import init_default_scope
 
 from ifnd.clustering import (ConstantAcceptance, broadcast_round, build_acceptance,
@@ -117,7 +116,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
 
 def test_two_processes_give_the_labels_centroids_concentrations_and_parents_of_one(tmp_path):
-    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    run_ranks(_worker, (free_port(), str(tmp_path)), WORLD_SIZE)
     torch.set_num_threads(1)
     one = _one_round(sharded=False)
     assert one['processes'] == 1 and (one['parents'][:2, :KS[0]] >= 0).any()

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps, end_gloo_worker, free_port
+from helpers import TINY_BACKBONE, TINY_NECK, HostSyncOps, end_gloo_worker, free_port, run_ranks
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
@@ -107,7 +106,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 def two_processes(tmp_path_factory):
     """The results of the two-process run (one spawn for all the comparisons)."""
     out_dir = tmp_path_factory.mktemp('sharded')
-    mp.spawn(_worker, args=(free_port(), str(out_dir)), nprocs=WORLD_SIZE, join=True)
+    run_ranks(_worker, (free_port(), str(out_dir)), WORLD_SIZE)
     return torch.load(out_dir / 'sharded.pt', weights_only=False)
 
 

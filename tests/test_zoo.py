@@ -5,14 +5,12 @@ import http.server
 import io
 import os
 import os.path as osp
-import subprocess
-import sys
 import threading
 
 import pytest
 import torch
 import yaml
-from helpers import digits_config
+from helpers import digits_config, run_script
 from mmengine.registry import init_default_scope
 
 from ifnd import zoo
@@ -134,11 +132,9 @@ def publication(tmp_path_factory):
     torch.save({'state_dict': model.state_dict(), 'optimizer': {'state': {}, 'param_groups': []},
                 'meta': {'cfg': cfg.pretty_text, 'epoch': 1, 'seed': 0}}, ckpt)
     index = tmp_path / 'models.yaml'
-    out = subprocess.run(
-        [sys.executable, osp.join(REPO, 'tools', 'publish_model.py'), str(ckpt), '--name', 'tiny_simclr',
-         '--reproduce', 'python tools/train.py CFG', '--metric', 'knn_top1', '91.5',
-         'python tools/knn_eval.py CKPT', '--out-dir', str(tmp_path / 'files'), '--index', str(index)],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = run_script('tools/publish_model.py', ckpt, '--name', 'tiny_simclr',
+                     '--reproduce', 'python tools/train.py CFG', '--metric', 'knn_top1', '91.5',
+                     'python tools/knn_eval.py CKPT', '--out-dir', tmp_path / 'files', '--index', index)
     assert out.returncode == 0, out.stderr[-2000:]
     return model, index.read_text(), tmp_path / 'files'
 
@@ -254,9 +250,8 @@ def test_torch_hub_gives_the_same_model(published):
 
 
 def test_zoo_readme_is_generated_from_the_index():
-    out = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'zoo.py'), 'readme', '--check'],
-                         cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env={k: v for k, v in os.environ.items() if k != 'IFND_ZOO_INDEX'})
+    out = run_script('tools/zoo.py', 'readme', '--check',
+                     env={k: v for k, v in os.environ.items() if k != 'IFND_ZOO_INDEX'})
     assert out.returncode == 0, out.stderr + out.stdout
 
 
@@ -341,9 +336,8 @@ def test_malformed_index_is_one_line_naming_file_and_field(tmp_path, monkeypatch
 def test_zoo_command_reports_a_malformed_index_in_one_line(tmp_path):
     index = tmp_path / 'models.yaml'
     index.write_text('models:\n- name: x\n  file: ../x.pth\n  sha256: "%s"\n' % ('0' * 64))
-    out = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'zoo.py'), 'download', 'x'],
-                         cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, IFND_ZOO_INDEX=str(index), IFND_HOME=str(tmp_path)))
+    out = run_script('tools/zoo.py', 'download', 'x',
+                     env=dict(os.environ, IFND_ZOO_INDEX=str(index), IFND_HOME=str(tmp_path)))
     assert out.returncode == 1 and 'Traceback' not in out.stderr
     assert out.stderr.strip().count('\n') == 0 and "entry 'x': field 'file'" in out.stderr
 
