@@ -67,20 +67,27 @@ def own_mmengine_instances():
                     handler.close()  # the log file's descriptor
 
 
-def run_script(script: str, *args: str, cwd: str = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run_script(script: str, *args: str, cwd: str = REPO,
+               env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a Python script as its command line would, in this process (no new interpreter to start).
 
-    What a separate process would show is kept: ``sys.argv``, the folder, the environment, the exit
-    code (an uncaught exception prints its traceback and gives 1) and everything written to stdout
-    and stderr, warnings included, each shown again however often it fired before.
+    What a separate process would show is kept: ``sys.argv``, ``sys.path``, the folder, the
+    environment, the exit code (an uncaught exception prints its traceback and gives 1) and
+    everything written to stdout and stderr, warnings included, each shown again however often it
+    fired before.
     """
     path = osp.join(REPO, script)
     out, err = io.StringIO(), io.StringIO()
     code = 0
-    saved = dict(argv=sys.argv, environ=dict(os.environ), deterministic=torch.are_deterministic_algorithms_enabled(),
-                 threads=torch.get_num_threads())
+    saved = dict(argv=sys.argv, path=list(sys.path), environ=dict(os.environ),
+                 deterministic=torch.are_deterministic_algorithms_enabled(), threads=torch.get_num_threads())
     argv = [path, *map(str, args)]
     sys.argv = list(argv)
+    sys.path.insert(0, osp.dirname(path))  # as for any script: its folder first
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
@@ -88,6 +95,7 @@ def run_script(script: str, *args: str, cwd: str = REPO, env: dict | None = None
         with own_mmengine_instances(), contextlib.chdir(cwd), warnings.catch_warnings(), \
                 contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             warnings.simplefilter('default')
+            warnings.showwarning = _show_warning  # to stderr, as the interpreter does, not to a recorder
             try:
                 runpy.run_path(path, run_name='__main__')
             except SystemExit as exit_:
@@ -98,7 +106,7 @@ def run_script(script: str, *args: str, cwd: str = REPO, env: dict | None = None
                 traceback.print_exc()
                 code = 1
     finally:
-        sys.argv = saved['argv']
+        sys.argv, sys.path[:] = saved['argv'], saved['path']
         os.environ.clear()
         os.environ.update(saved['environ'])
         torch.use_deterministic_algorithms(saved['deterministic'])

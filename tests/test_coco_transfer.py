@@ -258,7 +258,8 @@ def _printed_table(output: str) -> dict[str, float]:
 
 # FPN's config trains 100 iterations like C4's; 40 find shapes already, in a third of the time.
 @pytest.mark.parametrize('arch,iters', [('c4', 100), ('fpn', 40)])
-def test_transfer_trains_evaluates_and_prints_cocoeval_numbers(arch, iters, shapes, tiny_checkpoint, tmp_path):
+def test_transfer_trains_evaluates_and_prints_cocoeval_numbers(arch, iters, shapes, tiny_checkpoint,
+                                                               tmp_path):
     work_dir = str(tmp_path / arch)
     config = f'configs/benchmarks/coco/mask_rcnn_{arch}_tiny_shapes.py'
     schedule = [] if iters == 100 else [
