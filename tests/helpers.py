@@ -1,4 +1,5 @@
-"""Tiny configs on scikit-learn's digits for real, short Runner runs."""
+"""What the tests share: tiny configs on scikit-learn's digits for real, short Runner runs, gloo ranks,
+scripts run as their command lines would, and mmengine's per-run instances kept apart."""
 import contextlib
 import copy
 import io
@@ -16,7 +17,8 @@ import torch
 from mmengine.config import Config
 from torch.utils._python_dispatch import TorchDispatchMode
 
-CONFIG_DIR = osp.join(osp.dirname(__file__), '..', 'configs')
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIG_DIR = osp.join(REPO, 'configs')
 
 
 def free_port() -> int:
@@ -40,8 +42,6 @@ def run_ranks(worker, args: tuple, nprocs: int = 2) -> None:
     multiprocessing.set_forkserver_preload(RANK_PRELOAD)  # read when the server first starts
     mp.start_processes(worker, args=args, nprocs=nprocs, join=True, start_method='forkserver')
 
-
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 @contextlib.contextmanager

@@ -155,11 +155,11 @@ def test_tools_never_run_the_payload(planted, tmp_path, tool):
                         '--config')
     elif tool == 'plot_embeddings':
         _one_line_error(run_script('tools/analysis/plot_embeddings.py', text, '--out',
-                              str(tmp_path / 'map.png'), '--device', 'cpu'), '--config')
+                                   str(tmp_path / 'map.png'), '--device', 'cpu'), '--config')
     else:
-        _one_line_error(run_script('tools/publish_model.py', text, '--name', 'planted', '--reproduce', '-',
-                              '--out-dir', str(tmp_path / 'files'), '--index',
-                              str(tmp_path / 'models.yaml')), 'carries no usable training config')
+        _one_line_error(run_script('tools/publish_model.py', text, '--name', 'planted', '--reproduce',
+                                   '-', '--out-dir', str(tmp_path / 'files'), '--index',
+                                   str(tmp_path / 'models.yaml')), 'carries no usable training config')
         assert not (tmp_path / 'files').exists()
     assert not osp.exists(marker), f'{tool} ran the payload'
 
@@ -167,8 +167,8 @@ def test_tools_never_run_the_payload(planted, tmp_path, tool):
 def test_published_file_carries_the_config_as_data(planted, tmp_path):
     files, marker = planted
     out = run_script('tools/publish_model.py', files['text, _base_ file'], '--name', 'planted',
-                '--reproduce', '-', '--out-dir', str(tmp_path / 'files'), '--index',
-                str(tmp_path / 'models.yaml'))
+                     '--reproduce', '-', '--out-dir', str(tmp_path / 'files'), '--index',
+                     str(tmp_path / 'models.yaml'))
     assert out.returncode == 0, out.stderr[-3000:]
     published = torch.load(next((tmp_path / 'files').iterdir()), weights_only=True)
     cfg = published['meta']['cfg']
